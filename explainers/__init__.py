@@ -1,0 +1,1 @@
+"""LLM client, example sampling, versioned prompts, and the lexical, one-shot, tree and PRISM explainers."""

@@ -1,0 +1,1 @@
+"""SAE training through sae-lens, loading/saving (SAELens format and converters), encoding, core metrics."""

@@ -1,0 +1,34 @@
+"""Shared test fixtures: an isolated WORKBENCH_HOME per session that reuses converted models."""
+
+import os
+from pathlib import Path
+
+import pytest
+import torch
+
+# Tests never touch the hub; two threads match this machine and keep parallel helpers from oversubscribing.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+torch.set_num_threads(min(2, os.cpu_count() or 1))
+
+
+@pytest.fixture(scope="session")
+def tiny_model():
+    """A randomly initialised 2-layer HookedTransformer with SmolLM2's tokenizer."""
+    from workbench.models import load_model
+
+    return load_model("tiny")
+
+
+@pytest.fixture(scope="session")
+def smollm2():
+    """The real embedded default model (converted once per WORKBENCH_HOME)."""
+    from workbench.models import load_model
+
+    return load_model("smollm2-135m")
+
+
+@pytest.fixture()
+def workdir(tmp_path: Path) -> Path:
+    """A fresh folder for a test's outputs."""
+    return tmp_path
