@@ -76,14 +76,24 @@ def _save_converted(model: HookedTransformer, folder: Path) -> None:
     from safetensors.torch import save_file
 
     folder.mkdir(parents=True, exist_ok=True)
-    cfg = {k: v for k, v in model.cfg.to_dict().items() if k in {f.name for f in dataclasses.fields(HookedTransformerConfig)}}
+    cfg = {
+        k: v
+        for k, v in model.cfg.to_dict().items()
+        if k in {f.name for f in dataclasses.fields(HookedTransformerConfig)}
+    }
     cfg = {k: v for k, v in cfg.items() if isinstance(v, str | int | float | bool | type(None))}
-    state = {k: v.contiguous().clone() for k, v in model.state_dict().items() if "attn.mask" not in k and "IGNORE" not in k}
+    state = {
+        k: v.contiguous().clone()
+        for k, v in model.state_dict().items()
+        if "attn.mask" not in k and "IGNORE" not in k
+    }
     assert model.tokenizer is not None
     model.tokenizer.save_pretrained(str(folder / "tokenizer"))
     save_file(state, str(folder / "model.safetensors"))
     # The config is written last: its presence marks a complete conversion.
-    paths.atomic_write_bytes(folder / "config.json", json.dumps({"version": CONVERSION_VERSION, "cfg": cfg}).encode())
+    paths.atomic_write_bytes(
+        folder / "config.json", json.dumps({"version": CONVERSION_VERSION, "cfg": cfg}).encode()
+    )
 
 
 def _load_converted(folder: Path, device: str, dtype: torch.dtype) -> HookedTransformer | None:
@@ -125,14 +135,18 @@ def load_smollm2(device: str = "cpu", dtype: torch.dtype = torch.float32) -> Hoo
     return _place(model, device, dtype)
 
 
-def load_hf_directory(path: Path, device: str = "cpu", dtype: torch.dtype = torch.float32) -> HookedTransformer:
+def load_hf_directory(
+    path: Path, device: str = "cpu", dtype: torch.dtype = torch.float32
+) -> HookedTransformer:
     """A local Hugging Face model directory (config.json + weights + tokenizer)."""
     from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer
 
     config = AutoConfig.from_pretrained(str(path))
     architectures = getattr(config, "architectures", None) or []
     if not architectures:
-        raise UnknownModelError(f"{path}/config.json names no architecture; TransformerLens cannot convert it.")
+        raise UnknownModelError(
+            f"{path}/config.json names no architecture; TransformerLens cannot convert it."
+        )
     hf_model = AutoModelForCausalLM.from_pretrained(str(path), dtype=torch.float32)
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     model = _hooked_from_hf(hf_model, tokenizer, architectures[0])
