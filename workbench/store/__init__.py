@@ -1,0 +1,122 @@
+"""The DuckDB feature store — the contract between all stages. ALL SQL of the workbench lives in this package.
+
+    from workbench.store import Store
+    store = Store.open("runs/store.duckdb")               # writer (creates + migrates)
+    app_store = Store.open("runs/store.duckdb", read_only=True)   # reader (the Streamlit app)
+
+Concurrency (DuckDB allows one writing process, and an open read-write connection locks readers out): no process
+keeps the file open. Each method opens a connection, runs one short transaction and closes it; `with
+store.session():` holds one connection across several calls (a dashboard render, a batch of writes; keep it short).
+A process that finds the file locked retries with exponential backoff (5 ms → 200 ms) up to `busy_timeout_s`, then
+raises `StoreBusyError`. So the app keeps reading while `workbench index` writes (it waits at most one write
+transaction), and concurrent writers queue on DuckDB's lock — never interleave, never corrupt.
+
+Schema: append-only numbered migrations (`migrations.py`) recorded in `schema_migrations`; a store from a newer
+version raises `SchemaVersionError`, an unreadable file `StoreCorruptError`.
+
+Tables: saes, windows, index_runs, activations_staging, activations (sparse: sae_id, feature, window_id, position,
+value; sorted by feature after indexing), feature_stats, feature_neighbours, window_embeddings, explanations, scores,
+evals, llm_cache, samples, schema_migrations.
+
+Public API of `Store` (records are frozen dataclasses from `workbench.store.records`):
+
+  Store.open(path, read_only=False, *, busy_timeout_s=60.0) -> Store
+  session() -> ContextManager[connection];  transaction() -> ContextManager[None]   (group writes atomically)
+  schema_version() -> int;  table_names() -> list[str];  table_columns(table) -> list[(name, type)]
+
+  SAEs
+  register_sae(sae_id, model, hook, d_in, d_sae, cfg: dict, metrics: dict | None = None) -> SAERecord
+  get_sae(sae_id) -> SAERecord;  list_saes() -> list[SAERecord];  update_sae_metrics(sae_id, metrics) -> None
+
+  Windows (keyed by (corpus, window_id); window_id = position in the corpus's deterministic window sequence)
+  add_windows(corpus, window_ids, tokens_BT, mask_BT, texts, token_strings, sources, offsets) -> int  (new rows)
+  get_windows(corpus, window_ids) -> list[Window];  window_ids(corpus) -> ndarray;  window_texts(corpus, ids) -> list[str]
+
+  Activations / indexing (written by workbench.indexing)
+  start_index(sae_id, corpus, context_size, top_k, config) -> IndexProgress;  index_progress(sae_id) -> IndexProgress | None
+  add_activations(sae_id, batch: pa.Table | pa.RecordBatch [feature, window_id, position, value]) -> int
+  add_index_batch(sae_id, corpus, windows: dict, activations, next_window, n_tokens) -> None   (atomic, idempotent)
+  finalize_index(sae_id) -> int;  activation_count(sae_id, staged=False) -> int;  activation_coordinates(sae_id) -> pa.Table
+  window_activations(sae_id, feature, window_ids) -> ndarray (N, T) float32   (dense per-token values)
+  window_maxima(sae_id, feature) -> WindowMaxima;  indexed_window_ids(sae_id) -> ndarray
+
+  Examples (window ids of the SAE's indexed corpus: get_sae/index_progress(sae_id).corpus)
+  top_examples(sae_id, feature, k=20) -> list[Example]
+  quantile_examples(sae_id, feature, n_quantiles=10, per_quantile=5, seed=0) -> list[Example]
+  random_examples(sae_id, feature, k, seed=0) -> list[Example]
+  random_negatives(sae_id, feature, k, seed=0, threshold=0.0) -> list[int]
+  (close negatives: explainers.sampling.close_negatives / draw_negatives, which store what they draw)
+  add_sample(Sample) -> int;  samples(sae_id, feature=None, source=None) -> list[Sample]
+
+  Embeddings
+  add_window_embeddings(corpus, model, window_ids, embeddings_ND) -> None
+  window_embeddings(corpus, model) -> WindowEmbeddings;  windows_missing_embeddings(corpus, model) -> ndarray
+
+  Feature statistics (filled by workbench.indexing.compute_feature_stats)
+  compute_activation_stats(sae_id, quantile_levels=…, n_bins=32) -> int;  put_feature_neighbours(sae_id, table) -> None
+  feature_stats(sae_id, feature) -> FeatureStats;  feature_table(sae_id) -> pa.Table
+
+  Explanations, scores, evals, LLM cache
+  add_explanation(ExplanationRecord) -> int (existing id if its config_key is stored);  has_explanation(config_key) -> bool
+  explanations(sae_id=None, feature=None, explainer=None) -> list[ExplanationRecord];  get_explanation(id) -> ExplanationRecord
+  add_score(ScoreRecord) -> int;  scores(explanation_id=None, scorer=None, sae_id=None) -> list[ScoreRecord]
+  add_eval(sae_id, eval_type_id, result: dict) -> int;  evals(sae_id=None, eval_type_id=None) -> list[EvalRecord]
+  llm_cache_get(key) -> LLMCacheEntry | None;  llm_cache_put(key, model, response: dict, tokens: int) -> None
+
+  Export / import
+  export_parquet(folder) -> list[Path];  import_parquet(folder) -> list[str]
+  workbench.store.export.export_neuronpedia(store, sae_id, path, ...) -> int   (gzipped JSONL)
+"""
+
+from workbench.store.errors import (
+    NotIndexedError,
+    SAEConflictError,
+    SchemaVersionError,
+    StoreBusyError,
+    StoreCorruptError,
+    StoreError,
+    StoreNotFoundError,
+    StoreReadOnlyError,
+    UnknownSAEError,
+)
+from workbench.store.records import (
+    EvalRecord,
+    Example,
+    ExplanationRecord,
+    FeatureStats,
+    IndexProgress,
+    LLMCacheEntry,
+    SAERecord,
+    Sample,
+    ScoreRecord,
+    Window,
+    WindowEmbeddings,
+    WindowMaxima,
+)
+from workbench.store.store import IndexConfigError, Store
+
+__all__ = [
+    "EvalRecord",
+    "Example",
+    "ExplanationRecord",
+    "FeatureStats",
+    "IndexConfigError",
+    "IndexProgress",
+    "LLMCacheEntry",
+    "NotIndexedError",
+    "SAEConflictError",
+    "SAERecord",
+    "Sample",
+    "SchemaVersionError",
+    "ScoreRecord",
+    "Store",
+    "StoreBusyError",
+    "StoreCorruptError",
+    "StoreError",
+    "StoreNotFoundError",
+    "StoreReadOnlyError",
+    "UnknownSAEError",
+    "Window",
+    "WindowEmbeddings",
+    "WindowMaxima",
+]

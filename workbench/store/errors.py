@@ -1,0 +1,40 @@
+"""Typed errors of the feature store. Each message says what went wrong and what to do."""
+
+from workbench.errors import WorkbenchError
+
+
+class StoreError(WorkbenchError):
+    """Base class of every feature-store error."""
+
+
+class StoreNotFoundError(StoreError):
+    """A read-only open of a store file that does not exist."""
+
+
+class StoreCorruptError(StoreError):
+    """The store file is not a readable DuckDB database (truncated, overwritten, or another format)."""
+
+
+class SchemaVersionError(StoreError):
+    """The store was written by a newer workbench (schema version above what this code knows), or a read-only
+    open found a store that still needs migrating."""
+
+
+class StoreBusyError(StoreError):
+    """Another process held the store's lock longer than the busy timeout."""
+
+
+class StoreReadOnlyError(StoreError):
+    """A write method was called on a store opened read-only."""
+
+
+class UnknownSAEError(StoreError):
+    """An SAE id is not registered in the store."""
+
+
+class SAEConflictError(StoreError):
+    """An SAE id is registered with a different model, hook or shape than the one given."""
+
+
+class NotIndexedError(StoreError):
+    """A query needs activations of an SAE that has not been indexed (or whose indexing is not finalized)."""

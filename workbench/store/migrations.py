@@ -1,0 +1,118 @@
+"""Append-only, numbered schema migrations, recorded in `schema_migrations`.
+
+Never edit a migration that has shipped: append a new one. `MIGRATIONS[i]` has version i + 1.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Migration:
+    """One schema step."""
+
+    version: int
+    """Schema version after applying it (1-based, consecutive)."""
+    name: str
+    """Short description."""
+    sql: str
+    """Statements, separated by semicolons."""
+
+
+MIGRATIONS: tuple[Migration, ...] = (
+    Migration(
+        1,
+        "initial schema",
+        """
+        CREATE TABLE saes (
+            sae_id TEXT PRIMARY KEY, model TEXT NOT NULL, hook TEXT NOT NULL,
+            d_in INTEGER NOT NULL, d_sae INTEGER NOT NULL,
+            cfg JSON NOT NULL, metrics JSON NOT NULL,
+            created_at TIMESTAMP NOT NULL DEFAULT current_timestamp
+        );
+        CREATE TABLE windows (
+            corpus TEXT NOT NULL, window_id BIGINT NOT NULL,
+            tokens INTEGER[] NOT NULL, text TEXT NOT NULL, token_strings TEXT[] NOT NULL,
+            source TEXT NOT NULL, "offset" BIGINT NOT NULL, mask BOOLEAN[] NOT NULL,
+            PRIMARY KEY (corpus, window_id)
+        );
+        CREATE TABLE index_runs (
+            sae_id TEXT PRIMARY KEY, corpus TEXT NOT NULL, context_size INTEGER NOT NULL, top_k INTEGER,
+            next_window BIGINT NOT NULL, n_tokens BIGINT NOT NULL, finalized BOOLEAN NOT NULL,
+            config JSON NOT NULL, updated_at TIMESTAMP NOT NULL DEFAULT current_timestamp
+        );
+        CREATE TABLE activations_staging (
+            sae_id TEXT NOT NULL, feature INTEGER NOT NULL, window_id BIGINT NOT NULL,
+            position SMALLINT NOT NULL, value REAL NOT NULL
+        );
+        CREATE TABLE activations (
+            sae_id TEXT NOT NULL, feature INTEGER NOT NULL, window_id BIGINT NOT NULL,
+            position SMALLINT NOT NULL, value REAL NOT NULL
+        );
+        CREATE TABLE feature_stats (
+            sae_id TEXT NOT NULL, feature INTEGER NOT NULL,
+            n_active BIGINT NOT NULL, n_windows_active BIGINT NOT NULL, density DOUBLE NOT NULL,
+            max_value REAL NOT NULL, mean_value REAL NOT NULL,
+            quantile_levels REAL[] NOT NULL, quantiles REAL[] NOT NULL,
+            hist_edges REAL[] NOT NULL, hist_counts BIGINT[] NOT NULL,
+            PRIMARY KEY (sae_id, feature)
+        );
+        CREATE TABLE feature_neighbours (
+            sae_id TEXT NOT NULL, feature INTEGER NOT NULL,
+            logit_top_tokens TEXT[], logit_top_values REAL[],
+            logit_bottom_tokens TEXT[], logit_bottom_values REAL[],
+            decoder_neighbours INTEGER[], decoder_cosines REAL[],
+            cooc_neighbours INTEGER[], cooc_jaccard REAL[],
+            PRIMARY KEY (sae_id, feature)
+        );
+        CREATE TABLE window_embeddings (
+            corpus TEXT NOT NULL, model TEXT NOT NULL, window_id BIGINT NOT NULL, embedding FLOAT[] NOT NULL,
+            PRIMARY KEY (corpus, model, window_id)
+        );
+        CREATE SEQUENCE explanation_ids START 1;
+        CREATE TABLE explanations (
+            id BIGINT PRIMARY KEY DEFAULT nextval('explanation_ids'),
+            sae_id TEXT NOT NULL, feature INTEGER NOT NULL,
+            explainer TEXT NOT NULL, explainer_version TEXT NOT NULL, prompt_version TEXT NOT NULL,
+            llm_model TEXT NOT NULL, llm_params JSON NOT NULL, sampling JSON NOT NULL,
+            example_ids BIGINT[] NOT NULL, negative_ids BIGINT[] NOT NULL,
+            text TEXT NOT NULL, rules JSON, extra JSON NOT NULL,
+            tokens_in BIGINT NOT NULL, tokens_out BIGINT NOT NULL, seconds DOUBLE NOT NULL,
+            created_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+            config_key TEXT NOT NULL UNIQUE
+        );
+        CREATE SEQUENCE score_ids START 1;
+        CREATE TABLE scores (
+            id BIGINT PRIMARY KEY DEFAULT nextval('score_ids'),
+            explanation_id BIGINT NOT NULL, scorer TEXT NOT NULL, scorer_version TEXT NOT NULL,
+            negative_source TEXT NOT NULL, metrics JSON NOT NULL, provenance JSON NOT NULL,
+            created_at TIMESTAMP NOT NULL DEFAULT current_timestamp
+        );
+        CREATE SEQUENCE eval_ids START 1;
+        CREATE TABLE evals (
+            id BIGINT PRIMARY KEY DEFAULT nextval('eval_ids'),
+            sae_id TEXT NOT NULL, eval_type_id TEXT NOT NULL, eval JSON NOT NULL,
+            created_at TIMESTAMP NOT NULL DEFAULT current_timestamp
+        );
+        CREATE TABLE llm_cache (
+            key TEXT PRIMARY KEY, model TEXT NOT NULL, response JSON NOT NULL, tokens BIGINT NOT NULL,
+            created_at TIMESTAMP NOT NULL DEFAULT current_timestamp
+        );
+        CREATE SEQUENCE sample_ids START 1;
+        CREATE TABLE samples (
+            id BIGINT PRIMARY KEY DEFAULT nextval('sample_ids'),
+            sae_id TEXT NOT NULL, feature INTEGER NOT NULL, source TEXT NOT NULL, seed BIGINT NOT NULL,
+            config JSON NOT NULL, window_ids BIGINT[] NOT NULL,
+            created_at TIMESTAMP NOT NULL DEFAULT current_timestamp
+        );
+        """,
+    ),
+)
+
+LATEST_VERSION = MIGRATIONS[-1].version
+
+
+def statements(sql: str) -> list[str]:
+    """Split a migration's SQL into statements (no semicolons inside literals in our migrations)."""
+    return [s.strip() for s in sql.split(";") if s.strip()]

@@ -1,0 +1,1052 @@
+"""The `Store` class: every SQL statement of the workbench lives here, behind named, typed methods."""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import duckdb
+import numpy as np
+import pyarrow as pa
+
+from workbench.store.connection import open_connection
+from workbench.store.errors import (
+    NotIndexedError,
+    SAEConflictError,
+    SchemaVersionError,
+    StoreError,
+    StoreReadOnlyError,
+    UnknownSAEError,
+)
+from workbench.store.migrations import LATEST_VERSION, MIGRATIONS, statements
+from workbench.store.records import (
+    EvalRecord,
+    Example,
+    ExplanationRecord,
+    FeatureStats,
+    IndexProgress,
+    LLMCacheEntry,
+    SAERecord,
+    Sample,
+    ScoreRecord,
+    Window,
+    WindowEmbeddings,
+    WindowMaxima,
+)
+
+log = logging.getLogger(__name__)
+
+# Activation quantile levels shown on dashboards (a deciles-plus-tail choice of ours, not from a paper).
+DEFAULT_QUANTILE_LEVELS: tuple[float, ...] = (0.1, 0.25, 0.5, 0.75, 0.9, 0.99)
+DEFAULT_HIST_BINS = 32
+ACTIVATION_COLUMNS = ("feature", "window_id", "position", "value")
+_ACTIVATION_SCHEMA = pa.schema(
+    [("feature", pa.int32()), ("window_id", pa.int64()), ("position", pa.int16()), ("value", pa.float32())]
+)
+
+
+class IndexConfigError(StoreError):
+    """Indexing an SAE again with settings (corpus, context size, top-k) different from its first run."""
+
+
+def _dumps(value: Any) -> str:
+    """JSON text for a JSON column (sorted keys so equal configs compare equal)."""
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def _loads(value: Any) -> Any:
+    """Parse a JSON column value (None stays None)."""
+    return None if value is None else json.loads(value)
+
+
+def _list_column(values_2d: np.ndarray, value_type: pa.DataType) -> pa.ListArray:
+    """A (N, T) numpy array as an Arrow list column of N rows."""
+    n, t = values_2d.shape
+    offsets = pa.array(np.arange(0, (n + 1) * t, t, dtype=np.int32))
+    return pa.ListArray.from_arrays(offsets, pa.array(values_2d.reshape(-1), type=value_type))
+
+
+class Store:
+    """A DuckDB feature store file. Open with `Store.open(path, read_only=False)`; see the package docstring."""
+
+    def __init__(self, path: Path, read_only: bool, busy_timeout_s: float) -> None:
+        self.path = path
+        self.read_only = read_only
+        self.busy_timeout_s = busy_timeout_s
+        self._local = threading.local()
+
+    # ------------------------------------------------------------------ opening, sessions, schema
+
+    @classmethod
+    def open(cls, path: str | Path, read_only: bool = False, *, busy_timeout_s: float = 60.0) -> Store:
+        """Open (creating and migrating when writable) the store at `path`; raise typed errors on bad files."""
+        store = cls(Path(path), read_only, busy_timeout_s)
+        if not read_only:
+            store.path.parent.mkdir(parents=True, exist_ok=True)
+        with store.session() as conn:
+            version = _schema_version(conn)
+            if version > LATEST_VERSION:
+                raise SchemaVersionError(
+                    f"Store {store.path} has schema version {version}, newer than this workbench's {LATEST_VERSION}. "
+                    "Upgrade sae-workbench to read it."
+                )
+            if version < LATEST_VERSION:
+                if read_only:
+                    raise SchemaVersionError(
+                        f"Store {store.path} has schema version {version} < {LATEST_VERSION}; open it once "
+                        "read-write (any writer command) to migrate it."
+                    )
+                _migrate(conn, version)
+        return store
+
+    @contextmanager
+    def session(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """Hold one connection for several calls (a dashboard render, a batch of writes); re-entrant per thread.
+
+        Keep sessions short: while one is open, other processes wait (writers always; readers when it writes).
+        """
+        conn = getattr(self._local, "conn", None)
+        if conn is not None:
+            yield conn
+            return
+        conn = open_connection(self.path, self.read_only, self.busy_timeout_s)
+        self._local.conn = conn
+        try:
+            yield conn
+        finally:
+            self._local.conn = None
+            conn.close()
+
+    @contextmanager
+    def _write(self) -> Iterator[duckdb.DuckDBPyConnection]:
+        """One write transaction (inside the current session, or a session of its own)."""
+        if self.read_only:
+            raise StoreReadOnlyError(
+                f"Store {self.path} was opened read-only; open it with read_only=False to write."
+            )
+        with self.session() as conn:
+            if getattr(self._local, "in_tx", False):
+                yield conn
+                return
+            conn.execute("BEGIN TRANSACTION").fetchall()
+            self._local.in_tx = True
+            try:
+                yield conn
+                conn.execute("COMMIT").fetchall()
+            except BaseException:
+                conn.execute("ROLLBACK").fetchall()
+                raise
+            finally:
+                self._local.in_tx = False
+
+    @contextmanager
+    def transaction(self) -> Iterator[None]:
+        """Group several write calls into one atomic transaction."""
+        with self._write():
+            yield
+
+    def schema_version(self) -> int:
+        """The store's schema version (number of migrations applied)."""
+        with self.session() as conn:
+            return _schema_version(conn)
+
+    def table_names(self) -> list[str]:
+        """Names of all tables in the store (sorted)."""
+        with self.session() as conn:
+            rows = conn.execute("SELECT table_name FROM duckdb_tables() ORDER BY table_name").fetchall()
+        return [r[0] for r in rows]
+
+    def table_columns(self, table: str) -> list[tuple[str, str]]:
+        """(column, type) pairs of a table, in order."""
+        with self.session() as conn:
+            rows = conn.execute(
+                "SELECT column_name, data_type FROM duckdb_columns() WHERE table_name = ? ORDER BY column_index",
+                [table],
+            ).fetchall()
+        return [(r[0], r[1]) for r in rows]
+
+    # ------------------------------------------------------------------ SAEs
+
+    def register_sae(
+        self,
+        sae_id: str,
+        model: str,
+        hook: str,
+        d_in: int,
+        d_sae: int,
+        cfg: dict[str, Any],
+        metrics: dict[str, Any] | None = None,
+    ) -> SAERecord:
+        """Register an SAE (idempotent); raise SAEConflictError if the id exists with another model/hook/shape."""
+        with self._write() as conn:
+            row = _first(conn.execute("SELECT model, hook, d_in, d_sae FROM saes WHERE sae_id = ?", [sae_id]))
+            if row is None:
+                conn.execute(
+                    "INSERT INTO saes (sae_id, model, hook, d_in, d_sae, cfg, metrics) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                    [sae_id, model, hook, d_in, d_sae, _dumps(cfg), _dumps(metrics or {})],
+                ).fetchall()
+            elif tuple(row) != (model, hook, d_in, d_sae):
+                raise SAEConflictError(
+                    f"SAE {sae_id} is registered as (model, hook, d_in, d_sae)={tuple(row)}, not "
+                    f"{(model, hook, d_in, d_sae)}. SAE ids hash weights + hook + model, so recompute the id."
+                )
+            elif metrics:
+                conn.execute(
+                    "UPDATE saes SET metrics = ? WHERE sae_id = ?", [_dumps(metrics), sae_id]
+                ).fetchall()
+        return self.get_sae(sae_id)
+
+    def update_sae_metrics(self, sae_id: str, metrics: dict[str, Any]) -> None:
+        """Merge `metrics` into an SAE's stored metrics."""
+        merged = {**self.get_sae(sae_id).metrics, **metrics}
+        with self._write() as conn:
+            conn.execute("UPDATE saes SET metrics = ? WHERE sae_id = ?", [_dumps(merged), sae_id]).fetchall()
+
+    def get_sae(self, sae_id: str) -> SAERecord:
+        """The registered SAE `sae_id`; UnknownSAEError lists the known ids if absent."""
+        with self.session() as conn:
+            row = _first(
+                conn.execute(
+                    "SELECT sae_id, model, hook, d_in, d_sae, cfg, metrics, created_at FROM saes WHERE sae_id = ?",
+                    [sae_id],
+                )
+            )
+        if row is None:
+            known = [s.sae_id for s in self.list_saes()]
+            raise UnknownSAEError(f"SAE {sae_id!r} is not in {self.path}; known SAEs: {known or 'none'}.")
+        return _sae_record(row)
+
+    def list_saes(self) -> list[SAERecord]:
+        """All registered SAEs, oldest first."""
+        with self.session() as conn:
+            rows = conn.execute(
+                "SELECT sae_id, model, hook, d_in, d_sae, cfg, metrics, created_at FROM saes ORDER BY created_at, sae_id"
+            ).fetchall()
+        return [_sae_record(r) for r in rows]
+
+    # ------------------------------------------------------------------ windows
+
+    def add_windows(
+        self,
+        corpus: str,
+        window_ids: np.ndarray,
+        tokens_BT: np.ndarray,
+        mask_BT: np.ndarray,
+        texts: Sequence[str],
+        token_strings: Sequence[Sequence[str]],
+        sources: Sequence[str],
+        offsets: np.ndarray,
+    ) -> int:
+        """Insert windows of `corpus` (existing (corpus, window_id) rows are kept); return how many were new."""
+        n = len(window_ids)
+        if n == 0:
+            return 0
+        lengths = np.array([len(s) for s in token_strings])
+        if not (lengths == tokens_BT.shape[1]).all():
+            raise StoreError("token_strings must have one string per position of each window.")
+        table = pa.table(
+            {
+                "corpus": pa.array([corpus] * n, pa.string()),
+                "window_id": pa.array(np.asarray(window_ids, dtype=np.int64)),
+                "tokens": _list_column(np.asarray(tokens_BT, dtype=np.int32), pa.int32()),
+                "text": pa.array(list(texts), pa.string()),
+                "token_strings": pa.array([list(s) for s in token_strings], pa.list_(pa.string())),
+                "source": pa.array(list(sources), pa.string()),
+                "offset": pa.array(np.asarray(offsets, dtype=np.int64)),
+                "mask": _list_column(np.asarray(mask_BT, dtype=bool), pa.bool_()),
+            }
+        )
+        with self._write() as conn:
+            before = _first(conn.execute("SELECT count(*) FROM windows WHERE corpus = ?", [corpus]))
+            conn.register("_new_windows", table)
+            try:
+                conn.execute("INSERT OR IGNORE INTO windows SELECT * FROM _new_windows").fetchall()
+            finally:
+                conn.unregister("_new_windows")
+            after = _first(conn.execute("SELECT count(*) FROM windows WHERE corpus = ?", [corpus]))
+        assert before is not None and after is not None
+        return int(after[0] - before[0])
+
+    def get_windows(self, corpus: str, window_ids: Sequence[int] | np.ndarray) -> list[Window]:
+        """Windows by id, in the order asked (missing ids raise StoreError)."""
+        ids = [int(i) for i in window_ids]
+        with self.session() as conn:
+            rows = conn.execute(
+                'SELECT window_id, tokens, text, token_strings, source, "offset", mask FROM windows '
+                "WHERE corpus = ? AND window_id IN (SELECT unnest(?::BIGINT[]))",
+                [corpus, ids],
+            ).fetchall()
+        by_id = {
+            r[0]: Window(
+                corpus=corpus,
+                window_id=int(r[0]),
+                tokens=np.asarray(r[1], dtype=np.int32),
+                text=r[2],
+                token_strings=list(r[3]),
+                source=r[4],
+                offset=int(r[5]),
+                mask=np.asarray(r[6], dtype=bool),
+            )
+            for r in rows
+        }
+        missing = [i for i in ids if i not in by_id]
+        if missing:
+            raise StoreError(f"windows {missing[:10]} of corpus {corpus!r} are not in the store.")
+        return [by_id[i] for i in ids]
+
+    def window_ids(self, corpus: str) -> np.ndarray:
+        """All stored window ids of `corpus`, ascending, int64."""
+        with self.session() as conn:
+            table = _arrow(
+                conn, "SELECT window_id FROM windows WHERE corpus = ? ORDER BY window_id", [corpus]
+            )
+        return table.column(0).to_numpy().astype(np.int64)
+
+    def window_texts(self, corpus: str, window_ids: Sequence[int] | np.ndarray) -> list[str]:
+        """Decoded texts of windows, in the order asked."""
+        return [w.text for w in self.get_windows(corpus, window_ids)]
+
+    # ------------------------------------------------------------------ indexing bookkeeping + activations
+
+    def start_index(
+        self, sae_id: str, corpus: str, context_size: int, top_k: int | None, config: dict[str, Any]
+    ) -> IndexProgress:
+        """Begin (or resume) indexing `sae_id` over `corpus`; IndexConfigError if an earlier run used other settings."""
+        self.get_sae(sae_id)
+        existing = self.index_progress(sae_id)
+        if existing is not None:
+            if (existing.corpus, existing.context_size, existing.top_k) != (corpus, context_size, top_k):
+                raise IndexConfigError(
+                    f"SAE {sae_id} was indexed with corpus={existing.corpus!r}, context_size={existing.context_size}, "
+                    f"top_k={existing.top_k}; this run asks for {corpus!r}, {context_size}, {top_k}. Use the same "
+                    "settings to resume, or a new store."
+                )
+            return existing
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO index_runs (sae_id, corpus, context_size, top_k, next_window, n_tokens, finalized, config) "
+                "VALUES (?, ?, ?, ?, 0, 0, false, ?)",
+                [sae_id, corpus, context_size, top_k, _dumps(config)],
+            ).fetchall()
+        progress = self.index_progress(sae_id)
+        assert progress is not None
+        return progress
+
+    def index_progress(self, sae_id: str) -> IndexProgress | None:
+        """Indexing state of `sae_id`, or None if never indexed."""
+        with self.session() as conn:
+            row = _first(
+                conn.execute(
+                    "SELECT sae_id, corpus, context_size, top_k, next_window, n_tokens, finalized, config "
+                    "FROM index_runs WHERE sae_id = ?",
+                    [sae_id],
+                )
+            )
+        if row is None:
+            return None
+        return IndexProgress(
+            sae_id=row[0],
+            corpus=row[1],
+            context_size=int(row[2]),
+            top_k=None if row[3] is None else int(row[3]),
+            next_window=int(row[4]),
+            n_tokens=int(row[5]),
+            finalized=bool(row[6]),
+            config=_loads(row[7]),
+        )
+
+    def add_activations(self, sae_id: str, batch: pa.Table | pa.RecordBatch) -> int:
+        """Append sparse activations (columns feature, window_id, position, value) to staging; return rows added.
+
+        Rows become queryable after `finalize_index`, which sorts them by feature. Prefer `add_index_batch`, which
+        also records progress in the same transaction (resumable, no duplicates).
+        """
+        table = _activation_table(batch)
+        with self._write() as conn:
+            conn.register("_new_acts", table)
+            try:
+                conn.execute(
+                    "INSERT INTO activations_staging SELECT ?, feature, window_id, position, value FROM _new_acts",
+                    [sae_id],
+                ).fetchall()
+            finally:
+                conn.unregister("_new_acts")
+        return table.num_rows
+
+    def add_index_batch(
+        self,
+        sae_id: str,
+        corpus: str,
+        windows: dict[str, Any],
+        activations: pa.Table | pa.RecordBatch,
+        next_window: int,
+        n_tokens: int,
+    ) -> None:
+        """Atomically store one indexed batch: windows (kwargs of add_windows minus corpus), activations, progress.
+
+        Skips the batch if progress is already past `next_window` (a re-run after a crash between commit and
+        return), so no activation row is ever written twice.
+        """
+        with self._write() as conn:
+            row = _first(conn.execute("SELECT next_window FROM index_runs WHERE sae_id = ?", [sae_id]))
+            if row is None:
+                raise NotIndexedError(f"call start_index({sae_id!r}, …) before add_index_batch.")
+            if int(row[0]) >= next_window:
+                return
+            self.add_windows(corpus, **windows)
+            self.add_activations(sae_id, activations)
+            conn.execute(
+                "UPDATE index_runs SET next_window = ?, n_tokens = n_tokens + ?, finalized = false, "
+                "updated_at = current_timestamp WHERE sae_id = ?",
+                [next_window, n_tokens, sae_id],
+            ).fetchall()
+
+    def finalize_index(self, sae_id: str) -> int:
+        """Move staged activations into the query table sorted by (feature, window, position); return rows moved.
+
+        Sorting by feature makes DuckDB's per-row-group min/max skip almost everything for one-feature queries.
+        """
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO activations SELECT * FROM activations_staging WHERE sae_id = ? "
+                "ORDER BY feature, window_id, position",
+                [sae_id],
+            ).fetchall()
+            moved = _first(conn.execute("DELETE FROM activations_staging WHERE sae_id = ?", [sae_id]))
+            conn.execute("UPDATE index_runs SET finalized = true WHERE sae_id = ?", [sae_id]).fetchall()
+        return int(moved[0]) if moved else 0
+
+    def activation_count(self, sae_id: str, staged: bool = False) -> int:
+        """Number of stored activation rows of `sae_id` (query table, or staging when `staged`)."""
+        table = "activations_staging" if staged else "activations"
+        with self.session() as conn:
+            row = _first(conn.execute(f"SELECT count(*) FROM {table} WHERE sae_id = ?", [sae_id]))
+        return int(row[0]) if row else 0
+
+    def activation_coordinates(self, sae_id: str) -> pa.Table:
+        """All (feature, window_id, position, value) rows of `sae_id` as Arrow (for vectorised statistics)."""
+        with self.session() as conn:
+            return _arrow(
+                conn, "SELECT feature, window_id, position, value FROM activations WHERE sae_id = ?", [sae_id]
+            )
+
+    def window_activations(
+        self, sae_id: str, feature: int, window_ids: Sequence[int] | np.ndarray
+    ) -> np.ndarray:
+        """Dense (len(window_ids), T) float32 activations of one feature on the given windows (0 where not stored)."""
+        progress = self._indexed(sae_id)
+        ids = np.asarray(window_ids, dtype=np.int64)
+        out = np.zeros((len(ids), progress.context_size), dtype=np.float32)
+        if len(ids) == 0:
+            return out
+        with self.session() as conn:
+            table = _arrow(
+                conn,
+                "SELECT window_id, position, value FROM activations WHERE sae_id = ? AND feature = ? "
+                "AND window_id IN (SELECT unnest(?::BIGINT[]))",
+                [sae_id, int(feature), ids.tolist()],
+            )
+        if table.num_rows:
+            rows = _row_index(ids, table.column("window_id").to_numpy())
+            out[rows, table.column("position").to_numpy().astype(np.int64)] = table.column("value").to_numpy()
+        return out
+
+    def window_maxima(self, sae_id: str, feature: int) -> WindowMaxima:
+        """Per-window max activation of one feature over every window where it is active (ascending window id)."""
+        self._indexed(sae_id)
+        with self.session() as conn:
+            table = _arrow(
+                conn,
+                "SELECT window_id, max(value) AS m, arg_max(position, value) AS p FROM activations "
+                "WHERE sae_id = ? AND feature = ? GROUP BY window_id ORDER BY window_id",
+                [sae_id, int(feature)],
+            )
+        return WindowMaxima(
+            window_ids=table.column("window_id").to_numpy().astype(np.int64),
+            values=table.column("m").to_numpy().astype(np.float32),
+            positions=table.column("p").to_numpy().astype(np.int64),
+        )
+
+    def indexed_window_ids(self, sae_id: str) -> np.ndarray:
+        """Ids of the windows `sae_id` was indexed over (ascending)."""
+        progress = self._indexed(sae_id)
+        with self.session() as conn:
+            table = _arrow(
+                conn,
+                "SELECT window_id FROM windows WHERE corpus = ? AND window_id < ? ORDER BY window_id",
+                [progress.corpus, progress.next_window],
+            )
+        return table.column(0).to_numpy().astype(np.int64)
+
+    # ------------------------------------------------------------------ examples
+
+    def top_examples(self, sae_id: str, feature: int, k: int = 20) -> list[Example]:
+        """The `k` windows with the highest max activation of `feature` (ties broken by window id)."""
+        self._indexed(sae_id)
+        with self.session() as conn:
+            rows = conn.execute(
+                "SELECT window_id, max(value) AS m, arg_max(position, value) FROM activations "
+                "WHERE sae_id = ? AND feature = ? GROUP BY window_id ORDER BY m DESC, window_id LIMIT ?",
+                [sae_id, int(feature), int(k)],
+            ).fetchall()
+        return [Example(int(r[0]), float(r[1]), int(r[2])) for r in rows]
+
+    def quantile_examples(
+        self, sae_id: str, feature: int, n_quantiles: int = 10, per_quantile: int = 5, seed: int = 0
+    ) -> list[Example]:
+        """Activating windows split into `n_quantiles` equal-count bins by max activation (bin 0 = highest);
+        `per_quantile` drawn uniformly per bin with `seed` (delphi-style quantile sampling)."""
+        maxima = self.window_maxima(sae_id, feature)
+        order = np.lexsort((maxima.window_ids, -maxima.values))
+        rng = np.random.default_rng(seed)
+        out: list[Example] = []
+        for q, idx in enumerate(np.array_split(order, n_quantiles)):
+            if len(idx) == 0:
+                continue
+            chosen = np.sort(rng.choice(idx, size=min(per_quantile, len(idx)), replace=False))
+            out.extend(
+                Example(int(maxima.window_ids[i]), float(maxima.values[i]), int(maxima.positions[i]), q)
+                for i in chosen
+            )
+        return out
+
+    def random_examples(self, sae_id: str, feature: int, k: int, seed: int = 0) -> list[Example]:
+        """`k` activating windows drawn uniformly with `seed` (all of them if fewer)."""
+        maxima = self.window_maxima(sae_id, feature)
+        rng = np.random.default_rng(seed)
+        chosen = rng.choice(len(maxima.window_ids), size=min(k, len(maxima.window_ids)), replace=False)
+        return [
+            Example(int(maxima.window_ids[i]), float(maxima.values[i]), int(maxima.positions[i]))
+            for i in chosen
+        ]
+
+    def random_negatives(
+        self, sae_id: str, feature: int, k: int, seed: int = 0, threshold: float = 0.0
+    ) -> list[int]:
+        """`k` indexed windows whose max activation of `feature` is ≤ `threshold`, drawn uniformly with `seed`."""
+        maxima = self.window_maxima(sae_id, feature)
+        active = maxima.window_ids[maxima.values > threshold]
+        candidates = np.setdiff1d(self.indexed_window_ids(sae_id), active, assume_unique=True)
+        rng = np.random.default_rng(seed)
+        chosen = rng.choice(candidates, size=min(k, len(candidates)), replace=False)
+        return [int(i) for i in chosen]
+
+    # ------------------------------------------------------------------ samples
+
+    def add_sample(self, sample: Sample) -> int:
+        """Store a drawn sample (source, seed, config, ids); return its id."""
+        with self._write() as conn:
+            row = _first(
+                conn.execute(
+                    "INSERT INTO samples (sae_id, feature, source, seed, config, window_ids) VALUES (?, ?, ?, ?, ?, ?) "
+                    "RETURNING id",
+                    [
+                        sample.sae_id,
+                        sample.feature,
+                        sample.source,
+                        sample.seed,
+                        _dumps(sample.config),
+                        sample.window_ids,
+                    ],
+                )
+            )
+        assert row is not None
+        return int(row[0])
+
+    def samples(self, sae_id: str, feature: int | None = None, source: str | None = None) -> list[Sample]:
+        """Stored samples of an SAE (optionally one feature / one source), oldest first."""
+        with self.session() as conn:
+            rows = conn.execute(
+                "SELECT id, sae_id, feature, source, seed, config, window_ids FROM samples WHERE sae_id = ? "
+                "AND (? IS NULL OR feature = ?) AND (? IS NULL OR source = ?) ORDER BY id",
+                [sae_id, feature, feature, source, source],
+            ).fetchall()
+        return [
+            Sample(r[1], int(r[2]), r[3], int(r[4]), _loads(r[5]), [int(i) for i in r[6]], id=int(r[0]))
+            for r in rows
+        ]
+
+    # ------------------------------------------------------------------ window embeddings
+
+    def add_window_embeddings(
+        self, corpus: str, model: str, window_ids: np.ndarray, embeddings_ND: np.ndarray
+    ) -> None:
+        """Store sentence embeddings of windows (existing rows kept)."""
+        ids = np.asarray(window_ids, dtype=np.int64)
+        if len(ids) == 0:
+            return
+        table = pa.table(
+            {
+                "corpus": pa.array([corpus] * len(ids), pa.string()),
+                "model": pa.array([model] * len(ids), pa.string()),
+                "window_id": pa.array(ids),
+                "embedding": _list_column(np.asarray(embeddings_ND, dtype=np.float32), pa.float32()),
+            }
+        )
+        with self._write() as conn:
+            conn.register("_new_emb", table)
+            try:
+                conn.execute("INSERT OR IGNORE INTO window_embeddings SELECT * FROM _new_emb").fetchall()
+            finally:
+                conn.unregister("_new_emb")
+
+    def window_embeddings(self, corpus: str, model: str) -> WindowEmbeddings:
+        """All stored embeddings of `corpus` by `model`, ascending window id."""
+        with self.session() as conn:
+            table = _arrow(
+                conn,
+                "SELECT window_id, embedding FROM window_embeddings WHERE corpus = ? AND model = ? ORDER BY window_id",
+                [corpus, model],
+            )
+        ids = table.column("window_id").to_numpy().astype(np.int64)
+        emb = table.column("embedding").combine_chunks()
+        values = emb.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
+        dim = len(values) // max(len(ids), 1)
+        return WindowEmbeddings(ids, values.reshape(len(ids), dim))
+
+    def windows_missing_embeddings(self, corpus: str, model: str) -> np.ndarray:
+        """Ids of stored windows of `corpus` without an embedding by `model` (ascending)."""
+        with self.session() as conn:
+            table = _arrow(
+                conn,
+                "SELECT w.window_id FROM windows w ANTI JOIN window_embeddings e "
+                "ON e.corpus = w.corpus AND e.window_id = w.window_id AND e.model = ? "
+                "WHERE w.corpus = ? ORDER BY w.window_id",
+                [model, corpus],
+            )
+        return table.column(0).to_numpy().astype(np.int64)
+
+    # ------------------------------------------------------------------ feature statistics
+
+    def compute_activation_stats(
+        self,
+        sae_id: str,
+        quantile_levels: Sequence[float] = DEFAULT_QUANTILE_LEVELS,
+        n_bins: int = DEFAULT_HIST_BINS,
+    ) -> int:
+        """(Re)compute density, max, mean, quantiles and histogram of every active feature in SQL; return features."""
+        progress = self._indexed(sae_id)
+        levels = [float(q) for q in quantile_levels]
+        with self.session() as conn:
+            agg = _arrow(
+                conn,
+                "SELECT feature, count(*) AS n_active, count(DISTINCT window_id) AS n_windows, max(value) AS mx, "
+                "avg(value) AS mean, quantile_cont(value, ?::DOUBLE[]) AS q FROM activations WHERE sae_id = ? "
+                "GROUP BY feature ORDER BY feature",
+                [levels, sae_id],
+            )
+            hist = _arrow(
+                conn,
+                "WITH m AS (SELECT feature, max(value) AS mx FROM activations WHERE sae_id = ? GROUP BY feature) "
+                "SELECT a.feature, least(greatest(floor(a.value / m.mx * ?), 0), ? - 1)::INTEGER AS bin, "
+                "count(*) AS c FROM activations a JOIN m USING (feature) WHERE a.sae_id = ? AND m.mx > 0 GROUP BY ALL",
+                [sae_id, n_bins, n_bins, sae_id],
+            )
+        features = agg.column("feature").to_numpy().astype(np.int64)
+        maxes = agg.column("mx").to_numpy().astype(np.float32)
+        counts_FB = np.zeros((len(features), n_bins), dtype=np.int64)
+        if hist.num_rows:
+            rows = _row_index(features, hist.column("feature").to_numpy().astype(np.int64))
+            counts_FB[rows, hist.column("bin").to_numpy()] = hist.column("c").to_numpy()
+        edges_FB1 = (
+            np.linspace(0.0, 1.0, n_bins + 1, dtype=np.float32)[None, :] * np.maximum(maxes, 0)[:, None]
+        )
+        n_tokens = max(progress.n_tokens, 1)
+        stats = pa.table(
+            {
+                "sae_id": pa.array([sae_id] * len(features), pa.string()),
+                "feature": pa.array(features.astype(np.int32)),
+                "n_active": agg.column("n_active"),
+                "n_windows_active": agg.column("n_windows"),
+                "density": pa.array(agg.column("n_active").to_numpy() / n_tokens),
+                "max_value": pa.array(maxes),
+                "mean_value": pa.array(agg.column("mean").to_numpy().astype(np.float32)),
+                "quantile_levels": pa.array([levels] * len(features), pa.list_(pa.float32())),
+                "quantiles": agg.column("q").cast(pa.list_(pa.float32())),
+                "hist_edges": _list_column(edges_FB1, pa.float32()),
+                "hist_counts": _list_column(counts_FB, pa.int64()),
+            }
+        )
+        with self._write() as conn:
+            conn.execute("DELETE FROM feature_stats WHERE sae_id = ?", [sae_id]).fetchall()
+            conn.register("_stats", stats)
+            try:
+                conn.execute("INSERT INTO feature_stats SELECT * FROM _stats").fetchall()
+            finally:
+                conn.unregister("_stats")
+        return len(features)
+
+    def put_feature_neighbours(self, sae_id: str, table: pa.Table) -> None:
+        """Replace logit-lens tokens, decoder-cosine and co-occurrence neighbours of `sae_id`.
+
+        `table` has the feature_neighbours columns except sae_id: feature, logit_top_tokens, logit_top_values,
+        logit_bottom_tokens, logit_bottom_values, decoder_neighbours, decoder_cosines, cooc_neighbours, cooc_jaccard.
+        """
+        with self._write() as conn:
+            conn.execute("DELETE FROM feature_neighbours WHERE sae_id = ?", [sae_id]).fetchall()
+            conn.register("_nb", table)
+            try:
+                conn.execute(
+                    "INSERT INTO feature_neighbours SELECT ?, feature, logit_top_tokens, logit_top_values, "
+                    "logit_bottom_tokens, logit_bottom_values, decoder_neighbours, decoder_cosines, cooc_neighbours, "
+                    "cooc_jaccard FROM _nb",
+                    [sae_id],
+                ).fetchall()
+            finally:
+                conn.unregister("_nb")
+
+    def feature_stats(self, sae_id: str, feature: int) -> FeatureStats:
+        """Dashboard statistics of one feature (zeros for a feature never active)."""
+        progress = self._indexed(sae_id)
+        with self.session() as conn:
+            row = _first(
+                conn.execute(
+                    "SELECT s.n_active, s.n_windows_active, s.density, s.max_value, s.mean_value, s.quantile_levels, "
+                    "s.quantiles, s.hist_edges, s.hist_counts, n.logit_top_tokens, n.logit_top_values, "
+                    "n.logit_bottom_tokens, n.logit_bottom_values, n.decoder_neighbours, n.decoder_cosines, "
+                    "n.cooc_neighbours, n.cooc_jaccard FROM (SELECT ?::TEXT AS sae_id, ?::INTEGER AS feature) k "
+                    "LEFT JOIN feature_stats s USING (sae_id, feature) LEFT JOIN feature_neighbours n USING (sae_id, feature)",
+                    [sae_id, int(feature)],
+                )
+            )
+        assert row is not None
+        if not progress.finalized and row[0] is None:
+            raise NotIndexedError(
+                f"statistics of SAE {sae_id} are not computed yet; finish `workbench index`."
+            )
+
+        def floats(v: Any) -> list[float]:
+            return [float(x) for x in v] if v is not None else []
+
+        return FeatureStats(
+            sae_id=sae_id,
+            feature=int(feature),
+            n_active=int(row[0] or 0),
+            n_windows_active=int(row[1] or 0),
+            density=float(row[2] or 0.0),
+            max_value=float(row[3] or 0.0),
+            mean_value=float(row[4] or 0.0),
+            quantile_levels=floats(row[5]),
+            quantiles=floats(row[6]),
+            hist_edges=floats(row[7]),
+            hist_counts=[int(x) for x in row[8]] if row[8] is not None else [],
+            logit_top_tokens=list(row[9] or []),
+            logit_top_values=floats(row[10]),
+            logit_bottom_tokens=list(row[11] or []),
+            logit_bottom_values=floats(row[12]),
+            decoder_neighbours=[int(x) for x in row[13] or []],
+            decoder_cosines=floats(row[14]),
+            cooc_neighbours=[int(x) for x in row[15] or []],
+            cooc_jaccard=floats(row[16]),
+        )
+
+    def feature_table(self, sae_id: str) -> pa.Table:
+        """One row per active feature: feature, n_active, n_windows_active, density, max_value, mean_value."""
+        with self.session() as conn:
+            return _arrow(
+                conn,
+                "SELECT feature, n_active, n_windows_active, density, max_value, mean_value FROM feature_stats "
+                "WHERE sae_id = ? ORDER BY feature",
+                [sae_id],
+            )
+
+    # ------------------------------------------------------------------ explanations, scores, evals
+
+    def add_explanation(self, record: ExplanationRecord) -> int:
+        """Store an explanation; return its id (the existing row's id if its config_key is already stored)."""
+        with self._write() as conn:
+            row = _first(
+                conn.execute("SELECT id FROM explanations WHERE config_key = ?", [record.config_key])
+            )
+            if row is not None:
+                return int(row[0])
+            row = _first(
+                conn.execute(
+                    "INSERT INTO explanations (sae_id, feature, explainer, explainer_version, prompt_version, llm_model, "
+                    "llm_params, sampling, example_ids, negative_ids, text, rules, extra, tokens_in, tokens_out, seconds, "
+                    "config_key) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) RETURNING id",
+                    [
+                        record.sae_id,
+                        record.feature,
+                        record.explainer,
+                        record.explainer_version,
+                        record.prompt_version,
+                        record.llm_model,
+                        _dumps(record.llm_params),
+                        _dumps(record.sampling),
+                        [int(i) for i in record.example_ids],
+                        [int(i) for i in record.negative_ids],
+                        record.text,
+                        None if record.rules is None else _dumps(record.rules),
+                        _dumps(record.extra),
+                        record.tokens_in,
+                        record.tokens_out,
+                        record.seconds,
+                        record.config_key,
+                    ],
+                )
+            )
+        assert row is not None
+        return int(row[0])
+
+    def has_explanation(self, config_key: str) -> bool:
+        """Whether an explanation with this config key is stored (lets stages skip done work)."""
+        with self.session() as conn:
+            row = _first(conn.execute("SELECT count(*) FROM explanations WHERE config_key = ?", [config_key]))
+        return bool(row and row[0])
+
+    def explanations(
+        self, sae_id: str | None = None, feature: int | None = None, explainer: str | None = None
+    ) -> list[ExplanationRecord]:
+        """Stored explanations, filtered by any of SAE / feature / explainer, oldest first."""
+        return self._explanations(
+            "(? IS NULL OR sae_id = ?) AND (? IS NULL OR feature = ?) AND (? IS NULL OR explainer = ?)",
+            [sae_id, sae_id, feature, feature, explainer, explainer],
+        )
+
+    def get_explanation(self, explanation_id: int) -> ExplanationRecord:
+        """One explanation by id (StoreError if absent)."""
+        found = self._explanations("id = ?", [explanation_id])
+        if not found:
+            raise StoreError(f"no explanation with id {explanation_id} in {self.path}.")
+        return found[0]
+
+    def _explanations(self, where: str, params: list[Any]) -> list[ExplanationRecord]:
+        """Explanations matching a WHERE clause (internal)."""
+        with self.session() as conn:
+            rows = conn.execute(
+                "SELECT id, sae_id, feature, explainer, explainer_version, prompt_version, llm_model, llm_params, "
+                "sampling, example_ids, negative_ids, text, rules, extra, tokens_in, tokens_out, seconds, created_at, "
+                f"config_key FROM explanations WHERE {where} ORDER BY id",
+                params,
+            ).fetchall()
+        return [
+            ExplanationRecord(
+                id=int(r[0]),
+                sae_id=r[1],
+                feature=int(r[2]),
+                explainer=r[3],
+                explainer_version=r[4],
+                prompt_version=r[5],
+                llm_model=r[6],
+                llm_params=_loads(r[7]),
+                sampling=_loads(r[8]),
+                example_ids=[int(i) for i in r[9]],
+                negative_ids=[int(i) for i in r[10]],
+                text=r[11],
+                rules=_loads(r[12]),
+                extra=_loads(r[13]),
+                tokens_in=int(r[14]),
+                tokens_out=int(r[15]),
+                seconds=float(r[16]),
+                created_at=r[17],
+                config_key=r[18],
+            )
+            for r in rows
+        ]
+
+    def add_score(self, record: ScoreRecord) -> int:
+        """Store a score of an explanation; return its id."""
+        with self._write() as conn:
+            row = _first(
+                conn.execute(
+                    "INSERT INTO scores (explanation_id, scorer, scorer_version, negative_source, metrics, provenance) "
+                    "VALUES (?, ?, ?, ?, ?, ?) RETURNING id",
+                    [
+                        record.explanation_id,
+                        record.scorer,
+                        record.scorer_version,
+                        record.negative_source,
+                        _dumps(record.metrics),
+                        _dumps(record.provenance),
+                    ],
+                )
+            )
+        assert row is not None
+        return int(row[0])
+
+    def scores(
+        self, explanation_id: int | None = None, scorer: str | None = None, sae_id: str | None = None
+    ) -> list[ScoreRecord]:
+        """Stored scores filtered by explanation, scorer and/or SAE, oldest first."""
+        with self.session() as conn:
+            rows = conn.execute(
+                "SELECT s.id, s.explanation_id, s.scorer, s.scorer_version, s.negative_source, s.metrics, "
+                "s.provenance, s.created_at FROM scores s LEFT JOIN explanations e ON e.id = s.explanation_id "
+                "WHERE (? IS NULL OR s.explanation_id = ?) AND (? IS NULL OR s.scorer = ?) "
+                "AND (? IS NULL OR e.sae_id = ?) ORDER BY s.id",
+                [explanation_id, explanation_id, scorer, scorer, sae_id, sae_id],
+            ).fetchall()
+        return [
+            ScoreRecord(
+                int(r[1]), r[2], r[3], r[4], _loads(r[5]), _loads(r[6]), id=int(r[0]), created_at=r[7]
+            )
+            for r in rows
+        ]
+
+    def add_eval(self, sae_id: str, eval_type_id: str, result: dict[str, Any]) -> int:
+        """Store an SAE-level evaluation result; return its id."""
+        with self._write() as conn:
+            row = _first(
+                conn.execute(
+                    "INSERT INTO evals (sae_id, eval_type_id, eval) VALUES (?, ?, ?) RETURNING id",
+                    [sae_id, eval_type_id, _dumps(result)],
+                )
+            )
+        assert row is not None
+        return int(row[0])
+
+    def evals(self, sae_id: str | None = None, eval_type_id: str | None = None) -> list[EvalRecord]:
+        """Stored evaluations, filtered by SAE and/or type, oldest first."""
+        with self.session() as conn:
+            rows = conn.execute(
+                "SELECT id, sae_id, eval_type_id, eval, created_at FROM evals WHERE (? IS NULL OR sae_id = ?) "
+                "AND (? IS NULL OR eval_type_id = ?) ORDER BY id",
+                [sae_id, sae_id, eval_type_id, eval_type_id],
+            ).fetchall()
+        return [EvalRecord(r[1], r[2], _loads(r[3]), id=int(r[0]), created_at=r[4]) for r in rows]
+
+    # ------------------------------------------------------------------ LLM cache
+
+    def llm_cache_get(self, key: str) -> LLMCacheEntry | None:
+        """The cached response for `key`, or None."""
+        with self.session() as conn:
+            row = _first(
+                conn.execute(
+                    "SELECT key, model, response, tokens, created_at FROM llm_cache WHERE key = ?", [key]
+                )
+            )
+        return None if row is None else LLMCacheEntry(row[0], row[1], _loads(row[2]), int(row[3]), row[4])
+
+    def llm_cache_put(self, key: str, model: str, response: dict[str, Any], tokens: int) -> None:
+        """Cache a response (a second put of the same key keeps the first)."""
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO llm_cache (key, model, response, tokens) VALUES (?, ?, ?, ?)",
+                [key, model, _dumps(response), int(tokens)],
+            ).fetchall()
+
+    # ------------------------------------------------------------------ export
+
+    def export_parquet(self, folder: str | Path) -> list[Path]:
+        """Write every table to `folder/<table>.parquet` (zstd); return the files."""
+        out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        files: list[Path] = []
+        with self.session() as conn:
+            for table in self.table_names():
+                path = out / f"{table}.parquet"
+                conn.execute(
+                    f"COPY {table} TO '{_sql_path(path)}' (FORMAT parquet, COMPRESSION zstd)"
+                ).fetchall()
+                files.append(path)
+        return files
+
+    def import_parquet(self, folder: str | Path) -> list[str]:
+        """Append rows from `folder/<table>.parquet` files written by export_parquet into this (empty) store."""
+        imported: list[str] = []
+        with self._write() as conn:
+            for table in self.table_names():
+                if table == "schema_migrations":
+                    continue
+                path = Path(folder) / f"{table}.parquet"
+                if path.exists():
+                    conn.execute(
+                        f"INSERT INTO {table} SELECT * FROM read_parquet('{_sql_path(path)}')"
+                    ).fetchall()
+                    imported.append(table)
+            for seq, table in (("explanation_ids", "explanations"), ("score_ids", "scores"), ("eval_ids", "evals"),
+                               ("sample_ids", "samples")):  # fmt: skip
+                row = _first(conn.execute(f"SELECT coalesce(max(id), 0) FROM {table}"))
+                if row and row[0]:
+                    # Sequences cannot be altered in place; advance them past the imported ids.
+                    conn.execute(f"SELECT max(nextval('{seq}')) FROM range(?)", [int(row[0])]).fetchall()
+        return imported
+
+    # ------------------------------------------------------------------ helpers
+
+    def _indexed(self, sae_id: str) -> IndexProgress:
+        """Index progress of `sae_id`, raising NotIndexedError when it was never indexed."""
+        progress = self.index_progress(sae_id)
+        if progress is None:
+            self.get_sae(sae_id)
+            raise NotIndexedError(
+                f"SAE {sae_id} has no activations in {self.path}; run `workbench index` first."
+            )
+        return progress
+
+
+def _arrow(conn: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> pa.Table:
+    """Run a query and return its rows as an Arrow table (the relational API avoids an extra copy)."""
+    return conn.sql(sql, params=params).to_arrow_table()
+
+
+def _first(result: duckdb.DuckDBPyConnection) -> Any:
+    """First row of a result (or None), consuming the whole result as DuckDB requires before the next statement."""
+    rows = result.fetchall()
+    return rows[0] if rows else None
+
+
+def _sql_path(path: Path) -> str:
+    """A path as a single-quoted SQL string body."""
+    return str(path).replace("'", "''")
+
+
+def _row_index(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """Index of each value of `wanted` in `ids` (values of `wanted` must occur in `ids`)."""
+    order = np.argsort(ids, kind="stable")
+    return order[np.searchsorted(ids, wanted, sorter=order)]
+
+
+def _activation_table(batch: pa.Table | pa.RecordBatch) -> pa.Table:
+    """Validate and cast an activation batch to the store's column types."""
+    table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+    missing = [c for c in ACTIVATION_COLUMNS if c not in table.column_names]
+    if missing:
+        raise StoreError(f"activation batch lacks columns {missing}; expected {list(ACTIVATION_COLUMNS)}.")
+    return table.select(list(ACTIVATION_COLUMNS)).cast(_ACTIVATION_SCHEMA)
+
+
+def _sae_record(row: tuple[Any, ...]) -> SAERecord:
+    """A saes row as a record."""
+    return SAERecord(row[0], row[1], row[2], int(row[3]), int(row[4]), _loads(row[5]), _loads(row[6]), row[7])
+
+
+def _schema_version(conn: duckdb.DuckDBPyConnection) -> int:
+    """Highest applied migration (0 for a blank database)."""
+    exists = _first(
+        conn.execute("SELECT count(*) FROM duckdb_tables() WHERE table_name = 'schema_migrations'")
+    )
+    if not exists or not exists[0]:
+        return 0
+    row = _first(conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations"))
+    return int(row[0]) if row else 0
+
+
+def _migrate(conn: duckdb.DuckDBPyConnection, current: int) -> None:
+    """Apply every migration above `current`, each in its own transaction, recording it."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+        "applied_at TIMESTAMP NOT NULL DEFAULT current_timestamp)"
+    ).fetchall()
+    for migration in MIGRATIONS:
+        if migration.version <= current:
+            continue
+        conn.execute("BEGIN TRANSACTION").fetchall()
+        try:
+            for statement in statements(migration.sql):
+                conn.execute(statement).fetchall()
+            conn.execute(
+                "INSERT INTO schema_migrations (version, name) VALUES (?, ?)",
+                [migration.version, migration.name],
+            ).fetchall()
+            conn.execute("COMMIT").fetchall()
+        except BaseException:
+            conn.execute("ROLLBACK").fetchall()
+            raise
+        log.info("store migrated to schema version %d (%s)", migration.version, migration.name)
