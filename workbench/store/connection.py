@@ -22,6 +22,8 @@ log = logging.getLogger(__name__)
 _BUSY_MARKERS = ("Could not set lock", "Conflicting lock", "different configuration")
 _CORRUPT_MARKERS = (
     "not a valid DuckDB database",
+    "Could not read enough bytes",
+    "Serialization Error",
     "Corrupt",
     "corrupt",
     "checksum",
