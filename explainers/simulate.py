@@ -1,0 +1,117 @@
+"""Simulation and the simulation score (tree paper, Ma et al. 2025; OpenAI automated-interpretability).
+
+A simulator predicts each token's activation on the 0..5 scale from an explanation. Structured explanations are
+simulated one rule at a time with the rule's `activates_on` as the explanation, scaled by strength/5, and the
+prediction per token is the MAX over rules. The score is the Pearson correlation between predicted and true
+activations pooled over all tokens of all records (not averaged per record); NaN when the true variance < 1e-10.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Protocol
+
+import numpy as np
+
+from explainers.records import MAX_LEVEL, Record, discretise
+from explainers.rules import Rule
+
+# Spec: the score is undefined (NaN) when the true activations are (numerically) constant.
+MIN_TRUE_VARIANCE = 1e-10
+
+
+class Simulator(Protocol):
+    """Predicts per-token activations (0..5) of records from a free-text explanation."""
+
+    name: str
+    """'lexical' or 'llm:<model>' — recorded as provenance."""
+
+    async def simulate(self, explanation: str, records: Sequence[Record]) -> list[np.ndarray]:
+        """One (T,) float array of predictions in 0..5 per record."""
+        ...
+
+
+def pooled_correlation(pred: Sequence[np.ndarray], true: Sequence[np.ndarray]) -> float:
+    """Pearson correlation over all tokens of all records pooled together.
+
+    NaN when the true activations' variance is < 1e-10 (spec). 0.0 when the predictions are constant: an
+    explanation that predicts the same value everywhere carries no information about where the feature fires.
+    """
+    if len(pred) != len(true):
+        raise ValueError(f"{len(pred)} predicted records but {len(true)} true records")
+    if not pred:
+        return math.nan
+    p = np.concatenate([np.asarray(x, dtype=np.float64).ravel() for x in pred])
+    t = np.concatenate([np.asarray(x, dtype=np.float64).ravel() for x in true])
+    if p.shape != t.shape:
+        raise ValueError(f"{p.size} predicted tokens but {t.size} true tokens")
+    if t.size == 0 or t.var() < MIN_TRUE_VARIANCE:
+        return math.nan
+    if p.var() == 0.0:
+        return 0.0
+    pc, tc = p - p.mean(), t - t.mean()
+    return float((pc @ tc) / math.sqrt(float(pc @ pc) * float(tc @ tc)))
+
+
+async def simulate_rules(
+    simulator: Simulator, rules: Sequence[Rule], records: Sequence[Record]
+) -> list[np.ndarray]:
+    """Predict per token the max over rules of (rule simulated alone) × strength/5."""
+    out = [np.zeros(len(r), dtype=np.float64) for r in records]
+    for rule in rules:
+        preds = await simulator.simulate(rule.activates_on, records)
+        for i, p in enumerate(preds):
+            out[i] = np.maximum(out[i], np.asarray(p, dtype=np.float64) * (rule.strength / MAX_LEVEL))
+    return out
+
+
+def score_records(pred: Sequence[np.ndarray], records: Sequence[Record]) -> float:
+    """Pooled correlation of predictions against the records' true activations."""
+    return pooled_correlation(pred, [r.acts for r in records])
+
+
+def worst_record_index(pred: Sequence[np.ndarray], records: Sequence[Record]) -> int:
+    """The record whose removal would raise the pooled correlation most (spec: the tree's feedback record).
+
+    NaN leave-one-out scores never win; ties go to the earliest record.
+    """
+    if not records:
+        raise ValueError("no records")
+    true = [r.acts for r in records]
+    base = pooled_correlation(pred, true)
+    best_i, best_gain = 0, -math.inf
+    for i in range(len(records)):
+        loo = pooled_correlation(list(pred[:i]) + list(pred[i + 1 :]), true[:i] + true[i + 1 :])
+        if math.isnan(loo):
+            continue
+        gain = loo - (0.0 if math.isnan(base) else base)
+        if gain > best_gain:
+            best_i, best_gain = i, gain
+    return best_i
+
+
+@dataclass(frozen=True)
+class TokenFeedback:
+    """One token of the feedback record."""
+
+    token: str
+    """The token's display string."""
+    predicted: int
+    """Predicted activation, rounded to 0..5."""
+    actual: int
+    """True activation discretised to 0..5."""
+    verdict: str
+    """'too high', 'too low' or 'ok'."""
+
+
+def token_feedback(pred: np.ndarray, record: Record, global_max: float) -> list[TokenFeedback]:
+    """Per-token (predicted, actual, verdict) with both on the 0..5 scale; 'ok' when they agree after rounding."""
+    actual = discretise(record.acts, global_max)
+    predicted = np.clip(np.rint(np.asarray(pred, dtype=np.float64)), 0, MAX_LEVEL).astype(np.int64)
+    out = []
+    for tok, p, a in zip(record.tokens, predicted, actual, strict=True):
+        verdict = "too high" if p > a else "too low" if p < a else "ok"
+        out.append(TokenFeedback(tok, int(p), int(a), verdict))
+    return out

@@ -1,0 +1,82 @@
+"""Records, discretisation, pooled correlation and worst-record feedback on hand-computed tiny cases."""
+
+import asyncio
+import math
+
+import numpy as np
+import pytest
+
+from explainers.lexical import LexicalSimulator
+from explainers.records import Record, crop_record, discretise, format_record, make_record, nonzero_fraction
+from explainers.rules import Rule
+from explainers.simulate import pooled_correlation, simulate_rules, token_feedback, worst_record_index
+
+
+def rec(i: int, toks: str, acts: list[float]) -> Record:
+    return Record(i, tuple(toks.split()), np.array(acts, dtype=np.float32))
+
+
+def test_discretise_floor_and_clip():
+    # floor(5 * x / 4): 0→0, 0.79→0, 0.8→1, 2→2, 3.99→4, 4→5, 9→clipped 5, -1→clipped 0
+    got = discretise(np.array([0, 0.79, 0.8, 2, 3.99, 4, 9, -1], dtype=np.float32), 4.0)
+    assert got.tolist() == [0, 0, 1, 2, 4, 5, 5, 0]
+    assert discretise(np.ones(3, dtype=np.float32), 0.0).tolist() == [0, 0, 0]
+
+
+def test_make_record_drops_bos_and_masked_positions():
+    r = make_record(
+        7, ["<bos>", "a", "b", "<pad>"], [1, 2, 3], [1.0, 2.0, 9.0], mask=[False, True, True, False]
+    )
+    assert r.tokens == ("a", "b") and r.acts.tolist() == [1.0, 2.0] and r.window_id == 7
+
+
+def test_crop_keeps_peak_and_left_context():
+    r = Record(0, tuple(str(i) for i in range(100)), np.zeros(100, dtype=np.float32))
+    r.acts[60] = 3.0
+    c = crop_record(r, 32, lead=8)
+    assert len(c) == 32 and c.tokens[-1] == "68" and c.max_act == 3.0
+
+
+def test_format_record_and_nonzero_fraction():
+    r = rec(0, "a b c d", [0, 1, 2, 4])
+    assert format_record(r, 4.0) == "a\t0\nb\t1\nc\t2\nd\t5"
+    assert nonzero_fraction([r], 4.0) == 0.75
+
+
+def test_pooled_correlation_hand_case():
+    # pooled over records: pred [1,0,0,1] vs true [1,0,0,2] → r = cov/(sd sd) computed by hand = 0.9045...
+    p = [np.array([1.0, 0.0]), np.array([0.0, 1.0])]
+    t = [np.array([1.0, 0.0]), np.array([0.0, 2.0])]
+    pc = np.array([0.5, -0.5, -0.5, 0.5])
+    tc = np.array([0.25, -0.75, -0.75, 1.25])
+    expected = (pc @ tc) / math.sqrt((pc @ pc) * (tc @ tc))
+    assert pooled_correlation(p, t) == pytest.approx(expected)
+    assert pooled_correlation(p, t) == pytest.approx(0.9045340337)
+
+
+def test_pooled_is_not_mean_of_per_record():
+    # per-record correlations are both 1.0, but pooling exposes the scale mismatch across records
+    p = [np.array([0.0, 1.0]), np.array([0.0, 1.0])]
+    t = [np.array([0.0, 1.0]), np.array([0.0, 10.0])]
+    assert pooled_correlation(p, t) < 0.99
+
+
+def test_pooled_nan_and_constant_prediction():
+    assert math.isnan(pooled_correlation([np.ones(3)], [np.full(3, 2.0)]))
+    assert pooled_correlation([np.zeros(3)], [np.array([0.0, 1.0, 0.0])]) == 0.0
+
+
+def test_worst_record_is_the_one_whose_removal_helps_most():
+    p = [np.array([5.0, 0.0]), np.array([5.0, 0.0]), np.array([0.0, 0.0])]
+    t = [np.array([4.0, 0.0]), np.array([4.0, 0.0]), np.array([0.0, 4.0])]
+    recs = [Record(i, ("x", "y"), t[i].astype(np.float32)) for i in range(3)]
+    assert worst_record_index(p, recs) == 2
+    fb = token_feedback(p[2], recs[2], 4.0)
+    assert [(f.predicted, f.actual, f.verdict) for f in fb] == [(0, 0, "ok"), (0, 5, "too low")]
+
+
+def test_structured_simulation_max_over_rules_scaled_by_strength():
+    recs = [rec(0, "the cat sat on the dog", [0, 1, 0, 0, 0, 1])]
+    rules = [Rule('"cat"', 2), Rule('"dog" or "cat"', 4)]
+    pred = asyncio.run(simulate_rules(LexicalSimulator(), rules, recs))
+    assert pred[0].tolist() == [0, 4, 0, 0, 0, 4]

@@ -1,0 +1,49 @@
+"""Lexical explainer and simulator on hand-built records."""
+
+import numpy as np
+
+from explainers.lexical import (
+    LexicalConfig,
+    LexicalSimulator,
+    lexical_explain,
+    match_rule_text,
+    parse_rule_text,
+)
+from explainers.records import Record
+
+
+def rec(i: int, toks: list[str], acts: list[float]) -> Record:
+    return Record(i, tuple(toks), np.array(acts, dtype=np.float32))
+
+
+def test_parse_and_match_rule_text():
+    assert parse_rule_text('"york" after "new" (strength 5, usually after "x")') == (["york"], ["new"])
+    assert parse_rule_text('"dog" or "cat"') == (["dog", "cat"], [])
+    assert parse_rule_text("mentions of Python code") == (["mentions", "python", "code"], [])
+    toks = [" New", " York", " and", " york", " New", "York"]
+    assert match_rule_text('"york" after "new"', toks).tolist() == [False, True, False, False, False, True]
+
+
+def test_recovers_planted_tokens_and_context():
+    recs = []
+    for i in range(6):
+        recs.append(rec(i, [" a", " dog", " sat", " in", " New", " York"], [0, 4, 0, 0, 0, 3]))
+        recs.append(rec(10 + i, [" old", " York", " dog", " x", " y", " z"], [0, 0, 4, 0, 0, 0]))
+    out = lexical_explain(recs, LexicalConfig())
+    texts = {r.activates_on: r.strength for r in out.rules}
+    assert texts == {'"dog"': 5, '"york" after "new"': 4}
+    assert out.coverage == 1.0
+    assert out.text.startswith("Lexical explainer (activation statistics, not an LLM)")
+    pred = LexicalSimulator().simulate_sync(out.text, recs[:2])
+    assert pred[0].tolist() == [0, 5, 0, 0, 0, 5] and pred[1].tolist() == [0, 0, 5, 0, 0, 0]
+
+
+def test_dead_feature_gives_no_rules():
+    out = lexical_explain([rec(0, ["a", "b"], [0, 0])])
+    assert out.rules == () and "no token" in out.text
+
+
+def test_rule_cap_limits_rules():
+    toks = [f" t{i}" for i in range(8)]
+    recs = [rec(j, toks, [float(i + 1) for i in range(8)]) for j in range(3)]
+    assert len(lexical_explain(recs, LexicalConfig(rule_cap=3)).rules) == 3
