@@ -1,8 +1,7 @@
 """Response cache for LLM calls, keyed by (model, sha256 of the messages, sampling params) — never by the key.
 
-`ResponseCache` is the small protocol the client uses. `MemoryCache` keeps entries in a dict; `StoreCache` adapts any
-object with `llm_cache_get(key)` / `llm_cache_put(key, model, response_text, prompt_tokens, completion_tokens)`
-(the DuckDB `Store`) to the protocol.
+`ResponseCache` is the small protocol the client uses. `MemoryCache` keeps entries in a dict; `StoreCache` puts them
+in the DuckDB store through `Store.llm_cache_get(key)` / `Store.llm_cache_put(key, model, response: dict, tokens)`.
 """
 
 from __future__ import annotations
@@ -94,32 +93,30 @@ class MemoryCache:
             return len(self._entries)
 
 
+class _CacheEntry(Protocol):
+    """What the store's llm_cache_get returns (workbench.store.LLMCacheEntry)."""
+
+    model: str
+    response: dict[str, Any]
+
+
 class _CacheStore(Protocol):
-    """What StoreCache needs from a store."""
+    """The LLM-cache part of workbench.store.Store."""
 
     def llm_cache_get(self, key: str) -> Any:
-        """Return the stored row for `key` or None."""
+        """Return the stored entry (with .model and .response) for `key`, or None."""
         ...
 
-    def llm_cache_put(
-        self, key: str, model: str, response_text: str, prompt_tokens: int, completion_tokens: int
-    ) -> None:
-        """Insert or replace the row for `key`."""
+    def llm_cache_put(self, key: str, model: str, response: dict[str, Any], tokens: int) -> None:
+        """Insert the entry for `key` (a second put of the same key may keep the first)."""
         ...
-
-
-def _field(row: Any, name: str) -> Any:
-    """Read a field from a mapping or an object with attributes."""
-    if isinstance(row, Mapping):
-        return row[name]
-    return getattr(row, name)
 
 
 class StoreCache:
-    """Adapts a store with llm_cache_get/llm_cache_put to ResponseCache.
+    """ResponseCache on the DuckDB store's llm_cache table (`Store.llm_cache_get` / `Store.llm_cache_put`).
 
-    The store's get may return a CachedResponse, any object with the attributes `response_text`, `prompt_tokens`,
-    `completion_tokens` (and optionally `model`), a mapping with those keys, or None.
+    The store keeps a JSON payload and a token total per key; this adapter stores
+    {"text", "prompt_tokens", "completion_tokens"} as the payload and prompt + completion tokens as the total.
     """
 
     def __init__(self, store: _CacheStore) -> None:
@@ -127,22 +124,27 @@ class StoreCache:
         self.store = store
 
     def get(self, key: str) -> CachedResponse | None:
-        """Return the stored answer for `key`, or None."""
-        row = self.store.llm_cache_get(key)
-        if row is None:
+        """Return the stored answer for `key`, or None (also None for a payload this adapter did not write)."""
+        entry = self.store.llm_cache_get(key)
+        if entry is None:
             return None
-        if isinstance(row, CachedResponse):
-            return row
-        has_model = ("model" in row) if isinstance(row, Mapping) else hasattr(row, "model")
+        payload = entry.response
+        if not isinstance(payload, dict) or not isinstance(payload.get("text"), str):
+            return None
         return CachedResponse(
-            model=str(_field(row, "model")) if has_model else "",
-            response_text=str(_field(row, "response_text")),
-            prompt_tokens=int(_field(row, "prompt_tokens")),
-            completion_tokens=int(_field(row, "completion_tokens")),
+            model=str(entry.model),
+            response_text=payload["text"],
+            prompt_tokens=int(payload.get("prompt_tokens", 0)),
+            completion_tokens=int(payload.get("completion_tokens", 0)),
         )
 
     def put(
         self, key: str, model: str, response_text: str, prompt_tokens: int, completion_tokens: int
     ) -> None:
         """Store an answer under `key`."""
-        self.store.llm_cache_put(key, model, response_text, prompt_tokens, completion_tokens)
+        payload = {
+            "text": response_text,
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+        }
+        self.store.llm_cache_put(key, model, payload, prompt_tokens + completion_tokens)
