@@ -1,0 +1,266 @@
+"""CoSy description score, as PRISM uses it (Kopf et al. 2024 "CoSy"; Kopf et al. NeurIPS 2025 "PRISM",
+arXiv 2506.15538; spec: shared/specs/prism.md).
+
+For one description: a generator writes 10 texts that include the described concept; A1 = the feature's
+mean-over-tokens activation on each (BOS and padding excluded); A0 = the same on a fixed control set (a held-out
+slice of the corpus). AUC = ROC-AUC of concat(A0, A1) with labels 0/1; MAD = (mean A1 − mean A0) / std A0 (0 when
+std A0 = 0); plus a one-sided Mann–Whitney U p-value. PRISM (max/mean) aggregates a feature's descriptions; over
+features we report mean AUC with a 95% t CI and MAD as mean ± std.
+
+Generators: `LLMGenerator` (re-asks until exactly 10 lines) or, offline, `CorpusRuleGenerator` — it composes texts
+from corpus windows matching the description's rules (named "corpus-rule-composer", never presented as an LLM).
+The activation function is injected: `activation_fn(texts) -> (N,) mean activation per text`;
+`model_activation_fn` builds one from a TransformerLens model, a hook and an SAE encoder.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from evaluation.prompts.cosy import COSY_PROMPT_VERSION, N_TEXTS, cosy_messages
+from evaluation.scoring import auroc, mad, mann_whitney_p, mean_std, t_confidence_interval
+from evaluation.simulation import UnscorableExplanationError
+from explainers.lexical import match_rule_text
+from explainers.llm import LLMClient, LLMRequest
+from workbench.errors import WorkbenchError
+
+COSY_SCORER_VERSION = "cosy-v1"
+
+ActivationFn = Callable[[Sequence[str]], np.ndarray]
+
+
+class GeneratorError(WorkbenchError):
+    """A generator could not produce texts for a description."""
+
+
+@dataclass(frozen=True)
+class CosyScore:
+    """CoSy metrics of one description."""
+
+    auc: float
+    """ROC-AUC of generated (1) vs control (0) text activations; 0.5 = chance, higher is better."""
+    mad: float
+    """(mean A1 − mean A0) / std A0, 0 when std A0 = 0; higher is better."""
+    mannwhitney_p: float
+    """One-sided Mann–Whitney U p-value that A1 > A0; lower is stronger evidence."""
+    mean_generated: float
+    """mean(A1)."""
+    mean_control: float
+    """mean(A0)."""
+    n_generated: int
+    """Texts generated."""
+    n_control: int
+    """Control texts."""
+
+    def to_dict(self) -> dict[str, float | int]:
+        """Plain dict for the store's metrics JSON."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def cosy_score(generated: np.ndarray, control: np.ndarray) -> CosyScore:
+    """Pure CoSy metrics from the activations A1 (generated) and A0 (control)."""
+    a1 = np.asarray(generated, dtype=np.float64).ravel()
+    a0 = np.asarray(control, dtype=np.float64).ravel()
+    labels = np.r_[np.zeros(a0.size, dtype=bool), np.ones(a1.size, dtype=bool)]
+    return CosyScore(
+        auc=auroc(np.r_[a0, a1], labels),
+        mad=mad(a1, a0),
+        mannwhitney_p=mann_whitney_p(a1, a0),
+        mean_generated=float(a1.mean()),
+        mean_control=float(a0.mean()),
+        n_generated=int(a1.size),
+        n_control=int(a0.size),
+    )
+
+
+def parse_lines(n: int) -> Callable[[str], list[str]]:
+    """A parser accepting exactly `n` non-empty lines (ValueError otherwise, which makes the client re-ask)."""
+
+    def parse(text: str) -> list[str]:
+        lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
+        if len(lines) != n:
+            raise ValueError(f"expected exactly {n} non-empty lines, got {len(lines)}")
+        return lines
+
+    return parse
+
+
+class LLMGenerator:
+    """CoSy generator: an LLM writes `n` texts including the concept (PRISM: 10), re-asked until exactly `n`."""
+
+    prompt_version = COSY_PROMPT_VERSION
+
+    def __init__(self, client: LLMClient, tag: str = "cosy") -> None:
+        """Use `client` (its config's max_reasks bounds the re-asks)."""
+        self.client = client
+        self.tag = tag
+        self.name = f"llm:{client.config.model}"
+
+    async def generate(self, description: str, n: int = N_TEXTS) -> list[str]:
+        """`n` texts, one per line of the answer."""
+        parsed = await self.client.complete_parsed(
+            LLMRequest(cosy_messages(description, n), tag=self.tag), parse_lines(n)
+        )
+        return parsed.value
+
+
+@dataclass(frozen=True)
+class CorpusSnippet:
+    """A corpus window's tokens, for the offline generator."""
+
+    window_id: int
+    """Window id."""
+    tokens: tuple[str, ...]
+    """Token strings (BOS dropped)."""
+
+
+class CorpusRuleGenerator:
+    """Offline CoSy generator: composes texts from corpus windows that match the description's rules.
+
+    Each ';'-separated clause is matched lexically (`explainers.lexical.match_rule_text`: quoted tokens, else
+    content words); each text is a span of `span` tokens around one match, taking clauses round-robin and windows
+    in a seeded random order. It is a baseline built from the corpus, not an LLM.
+    """
+
+    name = "corpus-rule-composer"
+    prompt_version = ""
+
+    def __init__(self, snippets: Sequence[CorpusSnippet], seed: int = 0, span: int = 24) -> None:
+        """Search `snippets` (e.g. windows outside the control slice); `span` tokens per composed text."""
+        self.snippets = list(snippets)
+        self.seed = seed
+        self.span = span
+
+    async def generate(self, description: str, n: int = N_TEXTS) -> list[str]:
+        """Up to `n` texts; GeneratorError when no window matches any clause."""
+        clauses = [c.strip() for c in description.split(";") if c.strip()]
+        rng = np.random.default_rng(self.seed)
+        order = rng.permutation(len(self.snippets))
+        pools: list[list[str]] = []
+        for clause in clauses:
+            pool: list[str] = []
+            for i in order:
+                s = self.snippets[int(i)]
+                hits = np.flatnonzero(match_rule_text(clause, s.tokens))
+                if hits.size:
+                    # End a few tokens after the match: activations depend only on earlier tokens.
+                    end = min(len(s.tokens), int(hits[0]) + 4)
+                    pool.append("".join(s.tokens[max(0, end - self.span) : end]))
+                if len(pool) >= n:
+                    break
+            pools.append(pool)
+        texts: list[str] = []
+        while len(texts) < n and any(pools):
+            for pool in pools:
+                if pool and len(texts) < n:
+                    texts.append(pool.pop(0))
+        if not texts:
+            raise GeneratorError(
+                f"no corpus window matches the description {description!r}; the offline generator needs quoted "
+                "tokens or content words that occur in the corpus (or configure an LLM generator)"
+            )
+        return texts
+
+
+async def score_description(
+    generator: LLMGenerator | CorpusRuleGenerator,
+    description: str,
+    activation_fn: ActivationFn,
+    control_activations: np.ndarray,
+    n: int = N_TEXTS,
+) -> tuple[CosyScore, list[str]]:
+    """Generate texts for a description, measure A1 with `activation_fn`, score against the control A0."""
+    if not description.strip():
+        raise UnscorableExplanationError("the description is empty; nothing to generate texts from")
+    texts = await generator.generate(description, n)
+    return cosy_score(activation_fn(texts), control_activations), texts
+
+
+def model_activation_fn(
+    model: torch.nn.Module,
+    hook: str,
+    encode: Callable[[torch.Tensor], torch.Tensor],
+    feature: int,
+    bos_id: int,
+    max_tokens: int = 128,
+    batch_size: int = 16,
+) -> ActivationFn:
+    """Mean activation of `feature` over each text's tokens (BOS and padding excluded, unlike PRISM's reference).
+
+    `model` is a HookedTransformer, `encode` maps (N, d_in) hook activations to (N, d_sae) features (an SAE's
+    `encode`). Texts are tokenized without special tokens, truncated to `max_tokens`, prefixed with `bos_id`.
+    """
+    from transformer_lens import HookedTransformer
+
+    from workbench.models import stop_layer
+
+    assert isinstance(model, HookedTransformer)
+    tokenizer = model.tokenizer
+    assert tokenizer is not None
+    stop = stop_layer([hook]) if hook.startswith("blocks.") else 1
+
+    def fn(texts: Sequence[str]) -> np.ndarray:
+        out = np.zeros(len(texts), dtype=np.float64)
+        for b in range(0, len(texts), batch_size):
+            chunk = texts[b : b + batch_size]
+            ids = [[bos_id, *tokenizer.encode(t, add_special_tokens=False)[:max_tokens]] for t in chunk]
+            width = max(len(x) for x in ids)
+            tokens_BT = torch.full((len(ids), width), bos_id, dtype=torch.long)
+            mask_BT = torch.zeros((len(ids), width), dtype=torch.bool)
+            for i, x in enumerate(ids):
+                tokens_BT[i, : len(x)] = torch.tensor(x)
+                mask_BT[i, 1 : len(x)] = True  # exclude BOS (position 0) and right padding
+            with torch.no_grad():
+                _, cache = model.run_with_cache(tokens_BT, names_filter=hook, stop_at_layer=stop)
+                acts_BTD = cache[hook]
+                feats_BT = encode(acts_BTD.reshape(-1, acts_BTD.shape[-1]))[:, feature].reshape(mask_BT.shape)
+            feats_BT = feats_BT.float() * mask_BT
+            counts = mask_BT.sum(dim=1).clamp(min=1)
+            out[b : b + len(chunk)] = (feats_BT.sum(dim=1) / counts).cpu().numpy()
+        return out
+
+    return fn
+
+
+@dataclass(frozen=True)
+class PrismAggregate:
+    """PRISM aggregation of CoSy scores over features (each feature has ≥ 1 description)."""
+
+    auc_mean: float
+    """Mean over features of the per-feature aggregated AUC."""
+    auc_ci_low: float
+    """Lower bound of its 95% t confidence interval."""
+    auc_ci_high: float
+    """Upper bound."""
+    mad_mean: float
+    """Mean over features of the per-feature aggregated MAD."""
+    mad_std: float
+    """Standard deviation (ddof 1) of the per-feature aggregated MAD."""
+    n_features: int
+    """Features with at least one finite score."""
+
+    def to_dict(self) -> dict[str, float | int]:
+        """Plain dict."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def prism_aggregate(per_feature: Sequence[Sequence[CosyScore]], how: str = "max") -> PrismAggregate:
+    """PRISM (max) or PRISM (mean): per feature the max / mean AUC and MAD over its descriptions, then over features."""
+    if how not in ("max", "mean"):
+        raise ValueError(f"how must be 'max' or 'mean', got {how!r}")
+    reduce = np.nanmax if how == "max" else np.nanmean
+    aucs, mads = [], []
+    for scores in per_feature:
+        a = np.array([s.auc for s in scores], dtype=np.float64)
+        m = np.array([s.mad for s in scores], dtype=np.float64)
+        if a.size and np.isfinite(a).any():
+            aucs.append(float(reduce(a)))
+        if m.size and np.isfinite(m).any():
+            mads.append(float(reduce(m)))
+    ci = t_confidence_interval(aucs)
+    mad_mean, mad_sd = mean_std(mads)
+    return PrismAggregate(ci.mean, ci.low, ci.high, mad_mean, mad_sd, ci.n)

@@ -1,0 +1,169 @@
+"""Simulation scorer (tree paper, Ma et al. NeurIPS 2025; OpenAI automated-interpretability).
+
+A simulator predicts every token's activation (0..5) from the explanation; the score is the Pearson correlation
+between predictions and true activations pooled over all tokens of the test records (top positives + negatives of
+one source). Structured explanations are simulated rule by rule, scaled by strength/5, max over rules
+(`explainers.simulate.simulate_rules`). False positives = tokens on negative records predicted > 1.
+
+Simulators: `LLMSimulator` (any OpenAI-compatible chat model; per-token digits as a strictly parsed JSON array) or the
+offline lexical simulator of `explainers.lexical` (a documented baseline, never presented as an LLM).
+
+    score = asyncio.run(score_simulation(simulator, explanation, positives, negatives))
+"""
+
+from __future__ import annotations
+
+import asyncio
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from evaluation.prompts.simulation import SIMULATION_PROMPT_VERSION, simulation_messages
+from evaluation.scoring import per_record_pearson
+from explainers.jsonparse import as_int_list, parse_json_strict
+from explainers.llm import LLMClient, LLMRequest
+from explainers.records import MAX_LEVEL, Record
+from explainers.rules import Rule
+from explainers.simulate import Simulator, pooled_correlation, simulate_rules
+from workbench.errors import WorkbenchError
+
+SIMULATION_SCORER_VERSION = "simulation-v1"
+
+# Tree-explainer spec: a token on a negative record counts as a false positive when its prediction exceeds 1.
+FALSE_POSITIVE_LEVEL = 1.0
+
+
+class UnscorableExplanationError(WorkbenchError):
+    """An explanation is empty or its rules cannot be parsed; the runner records it instead of scoring it."""
+
+
+@dataclass(frozen=True)
+class ScorableExplanation:
+    """What a scorer needs of an explanation: free text, and the structured rules when there are any."""
+
+    text: str
+    """Free-text form (the rules rendered as text for structured explanations)."""
+    rules: tuple[Rule, ...] = ()
+    """Structured rules; empty for a free-text explanation."""
+
+
+def scorable_explanation(text: str, rules: Any = None) -> ScorableExplanation:
+    """Validate a stored explanation (text + optional rules JSON); UnscorableExplanationError if empty/malformed."""
+    from explainers.rules import parse_rules
+
+    parsed: tuple[Rule, ...] = ()
+    if rules not in (None, [], ""):
+        try:
+            parsed = parse_rules(rules, rule_cap=len(rules) if isinstance(rules, list) else 5)
+        except ValueError as err:
+            raise UnscorableExplanationError(f"the explanation's rules cannot be parsed: {err}") from err
+    if not parsed and not (text or "").strip():
+        raise UnscorableExplanationError("the explanation is empty; re-run the explainer for this feature")
+    shown = (text or "").strip() or "; ".join(r.activates_on for r in parsed)
+    return ScorableExplanation(shown, parsed)
+
+
+async def simulate_explanation(
+    simulator: Simulator, explanation: ScorableExplanation, records: Sequence[Record]
+) -> list[np.ndarray]:
+    """Per-record predictions in 0..5: per rule (max, scaled by strength/5) when structured, else from the text."""
+    if explanation.rules:
+        return await simulate_rules(simulator, explanation.rules, records)
+    preds = await simulator.simulate(explanation.text, records)
+    return [np.asarray(p, dtype=np.float64) for p in preds]
+
+
+@dataclass(frozen=True)
+class SimulationScore:
+    """Simulation metrics of one explanation on one set of test records."""
+
+    pearson: float
+    """Pooled Pearson correlation over all tokens (the score; higher is better; NaN if truth is constant)."""
+    pearson_per_record: float
+    """Mean of per-record correlations (for comparison only; ignores between-record differences)."""
+    pearson_positives: float
+    """Pooled correlation over the positive records alone (what the score would be without negatives)."""
+    false_positive_tokens: int
+    """Tokens on negative records predicted > 1 (lower is better)."""
+    negative_tokens: int
+    """Tokens on negative records."""
+    n_positive_records: int
+    """Positive test records."""
+    n_negative_records: int
+    """Negative test records."""
+
+    def to_dict(self) -> dict[str, float | int]:
+        """Plain dict for the store's metrics JSON."""
+        return {k: getattr(self, k) for k in self.__dataclass_fields__}
+
+
+def simulation_score(
+    pred_positive: Sequence[np.ndarray],
+    positives: Sequence[Record],
+    pred_negative: Sequence[np.ndarray],
+    negatives: Sequence[Record],
+) -> SimulationScore:
+    """Pure scoring of given predictions against the records' true activations."""
+    pred = [*pred_positive, *pred_negative]
+    true = [r.acts for r in (*positives, *negatives)]
+    fp = sum(int(np.sum(np.asarray(p) > FALSE_POSITIVE_LEVEL)) for p in pred_negative)
+    return SimulationScore(
+        pearson=pooled_correlation(pred, true),
+        pearson_per_record=per_record_pearson(pred, true),
+        pearson_positives=pooled_correlation(list(pred_positive), [r.acts for r in positives]),
+        false_positive_tokens=fp,
+        negative_tokens=sum(len(r) for r in negatives),
+        n_positive_records=len(positives),
+        n_negative_records=len(negatives),
+    )
+
+
+async def score_simulation(
+    simulator: Simulator,
+    explanation: ScorableExplanation,
+    positives: Sequence[Record],
+    negatives: Sequence[Record],
+) -> SimulationScore:
+    """Simulate the explanation on positives + negatives and score it."""
+    preds = await simulate_explanation(simulator, explanation, [*positives, *negatives])
+    return simulation_score(preds[: len(positives)], positives, preds[len(positives) :], negatives)
+
+
+def _parse_levels(n: int):
+    """A parser accepting exactly `n` integers in 0..5 as a JSON array (ValueError → re-ask)."""
+
+    def parse(text: str) -> list[int]:
+        return as_int_list(parse_json_strict(text), length=n, lo=0, hi=MAX_LEVEL)
+
+    return parse
+
+
+class LLMSimulator:
+    """Simulator backed by an OpenAI-compatible chat model: one call per (explanation, record), JSON digits."""
+
+    prompt_version = SIMULATION_PROMPT_VERSION
+
+    def __init__(self, client: LLMClient, tag: str = "simulation") -> None:
+        """Use `client` (its ledger accounts the tokens); `tag` labels the usage."""
+        self.client = client
+        self.tag = tag
+        self.name = f"llm:{client.config.model}"
+
+    async def simulate(self, explanation: str, records: Sequence[Record]) -> list[np.ndarray]:
+        """Predictions for every record; malformed answers are re-asked by the client, then raise."""
+        calls = [
+            self.client.complete_parsed(
+                LLMRequest(simulation_messages(explanation, r.tokens), tag=self.tag), _parse_levels(len(r))
+            )
+            for r in records
+        ]
+        # Concurrency is bounded by the client's semaphore (LLMConfig.concurrency).
+        return [np.asarray(p.value, dtype=np.float64) for p in await asyncio.gather(*calls)]
+
+
+def nan_to_none(metrics: dict[str, Any]) -> dict[str, Any]:
+    """Replace NaN floats by None so metrics are valid JSON."""
+    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in metrics.items()}

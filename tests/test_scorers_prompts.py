@@ -1,0 +1,68 @@
+"""Golden tests of the scorers' prompts: exact text and version constants."""
+
+from evaluation.prompts.complexity import COMPLEXITY_PROMPT_VERSION, complexity_messages
+from evaluation.prompts.cosy import COSY_PROMPT_VERSION, cosy_messages
+from evaluation.prompts.detection import (
+    DETECTION_PROMPT_VERSION,
+    FUZZING_PROMPT_VERSION,
+    detection_messages,
+    fuzzing_messages,
+    highlight,
+)
+from evaluation.prompts.simulation import SIMULATION_PROMPT_VERSION, simulation_messages
+
+
+def test_versions() -> None:
+    assert SIMULATION_PROMPT_VERSION == "simulation-v1"
+    assert DETECTION_PROMPT_VERSION == "detection-v1"
+    assert FUZZING_PROMPT_VERSION == "fuzzing-v1"
+    assert COSY_PROMPT_VERSION == "cosy-generator-v1"
+    assert COMPLEXITY_PROMPT_VERSION == "complexity-v1"
+
+
+def test_simulation_prompt_golden() -> None:
+    system, user = simulation_messages('"dog"', ["The", " dog"])
+    assert system["role"] == "system" and system["content"].startswith("You simulate a feature")
+    assert user["content"] == (
+        'Explanation of the feature: "dog"\n\n'
+        "The text has 2 tokens, listed one per line as index<TAB>token:\n"
+        "0\t'The'\n1\t' dog'\n\n"
+        "Reply with a JSON array of exactly 2 integers between 0 and 5, one per token in order, and nothing else."
+    )
+
+
+def test_detection_prompt_golden() -> None:
+    _, user = detection_messages("dogs", ["a dog", "a cat"])
+    assert user["content"] == (
+        "Explanation of the feature: dogs\n\n"
+        "Text 1:\na dog\n\nText 2:\na cat\n\n"
+        "For each of the 2 texts, answer 1 if the feature fires somewhere in it and 0 if it does not.\n"
+        "Reply with a JSON array of exactly 2 integers (0 or 1), in order, and nothing else."
+    )
+
+
+def test_fuzzing_prompt_and_highlight_golden() -> None:
+    assert highlight(["a", " big", " dog", " ran"], [False, True, True, False]) == "a<< big dog>> ran"
+    assert highlight(["x", "y"], [False, True]) == "x<<y>>"
+    system, user = fuzzing_messages("dogs", ["a<< dog>>"])
+    assert "highlighted between << and >>" in system["content"]
+    assert user["content"] == (
+        "Explanation of the feature: dogs\n\n"
+        "Text 1:\na<< dog>>\n\n"
+        "For each of the 1 texts, answer 1 if the highlighted tokens are correctly marked as the tokens the feature fires\n"
+        "on, and 0 if they are not. Reply with a JSON array of exactly 1 integers (0 or 1), in order, and nothing else."
+    )
+
+
+def test_cosy_and_complexity_prompts_golden() -> None:
+    (user,) = cosy_messages("dogs", 3)
+    assert user["content"] == (
+        "Write 3 different short texts (one or two sentences each) that clearly include the following concept:\n"
+        "dogs\n\n"
+        "Write exactly 3 lines, one text per line, with no numbering, no quotes and no blank lines."
+    )
+    (user,) = complexity_messages(['"dog"', "animals"])
+    assert user["content"].endswith(
+        'Rules:\n1. "dog"\n2. animals\n\n'
+        "Reply with a JSON array of exactly 2 integers between 0 and 5, one per rule in order, and nothing else."
+    )

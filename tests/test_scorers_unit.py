@@ -1,0 +1,214 @@
+"""Scorers on hand-made records: simulation, detection, fuzzing, embedding, CoSy, polysemanticity; LLM paths
+against the local fake OpenAI server."""
+
+import asyncio
+import json
+import math
+
+import numpy as np
+import pytest
+
+from evaluation.cosy import CorpusRuleGenerator, CorpusSnippet, LLMGenerator, cosy_score, prism_aggregate
+from evaluation.detection import LexicalRuleClassifier, LLMClassifier, fuzzing_items, score_classification
+from evaluation.embedding_scorer import embedding_score
+from evaluation.polysemanticity import (
+    mean_pairwise_cosine,
+    prism_polysemanticity,
+    rate_complexity,
+    tree_polysemanticity,
+    tree_polysemanticity_summary,
+)
+from evaluation.simulation import (
+    LLMSimulator,
+    UnscorableExplanationError,
+    scorable_explanation,
+    score_simulation,
+    simulation_score,
+)
+from explainers.lexical import LexicalSimulator
+from explainers.llm import LLMClient, LLMMalformedOutputError
+from explainers.llm_config import LLMConfig
+from explainers.records import Record
+from tests.fake_llm import FakeLLM, fake_llm  # noqa: F401
+
+
+def rec(wid: int, text: str, acts: list[float]) -> Record:
+    """A record from space-separated tokens (each token but the first gets a leading space)."""
+    words = text.split()
+    tokens = tuple([words[0]] + [" " + w for w in words[1:]])
+    return Record(wid, tokens, np.array(acts, dtype=np.float32))
+
+
+POS = [rec(1, "the dog barked", [0, 4, 0]), rec(2, "a dog ran", [0, 2, 0])]
+NEG_EASY = [rec(3, "stocks fell today", [0, 0, 0])]
+NEG_CLOSE = [rec(4, "my cat barked", [0, 0, 0])]
+
+
+def run(coro):
+    """Run a coroutine on a fresh event loop."""
+    return asyncio.run(coro)
+
+
+def test_simulation_score_pure_hand_case() -> None:
+    # Predictions 5 on both "dog" tokens and on "cat" in the negative.
+    pred_pos = [np.array([0, 5, 0.0]), np.array([0, 5, 0.0])]
+    pred_neg = [np.array([0, 5, 0.0])]
+    s = simulation_score(pred_pos, POS, pred_neg, NEG_CLOSE)
+    assert s.false_positive_tokens == 1 and s.negative_tokens == 3
+    # pooled pred [0,5,0,0,5,0,0,5,0] vs true [0,4,0,0,2,0,0,0,0]
+    p = np.array([0, 5, 0, 0, 5, 0, 0, 5, 0.0])
+    t = np.array([0, 4, 0, 0, 2, 0, 0, 0, 0.0])
+    assert s.pearson == pytest.approx(np.corrcoef(p, t)[0, 1])
+    assert s.pearson_positives == pytest.approx(np.corrcoef(p[:6], t[:6])[0, 1])
+
+
+def test_structured_simulation_scales_by_strength_and_takes_max() -> None:
+    expl = scorable_explanation(
+        "", [{"activates_on": '"dog"', "strength": 5}, {"activates_on": '"barked"', "strength": 1}]
+    )
+    s = run(score_simulation(LexicalSimulator(), expl, POS, NEG_CLOSE))
+    # "barked" predicted at 5 × 1/5 = 1 → not a false positive (needs > 1).
+    assert s.false_positive_tokens == 0
+    broad = scorable_explanation('"dog" or "barked" or "cat"')
+    sb = run(score_simulation(LexicalSimulator(), broad, POS, NEG_CLOSE))
+    assert sb.false_positive_tokens == 2 and sb.pearson < s.pearson
+
+
+def test_unscorable_explanations() -> None:
+    with pytest.raises(UnscorableExplanationError, match="empty"):
+        scorable_explanation("  ")
+    with pytest.raises(UnscorableExplanationError, match="cannot be parsed"):
+        scorable_explanation("x", [{"activates_on": "dog"}])
+
+
+def test_detection_and_fuzzing_lexical_close_vs_easy_negatives() -> None:
+    clf = LexicalRuleClassifier(LexicalSimulator())
+    assert clf.name == "lexical-rule-match"
+    broad = scorable_explanation('"barked" or "dog"')
+    easy = run(score_classification(clf, "detection", broad, POS, NEG_EASY))
+    close = run(score_classification(clf, "detection", broad, POS, NEG_CLOSE))
+    assert easy.accuracy == 1.0 and close.accuracy == pytest.approx(2 / 3)
+    assert close.balanced_accuracy == pytest.approx(0.5)
+    correct = scorable_explanation('"dog"')
+    fz = run(score_classification(clf, "fuzzing", correct, POS, NEG_CLOSE, seed=0))
+    assert fz.n == 3 and fz.tp == 2
+
+
+def test_fuzzing_items_are_seeded_and_label_correct_highlights() -> None:
+    a = fuzzing_items(POS, NEG_CLOSE, seed=3)
+    b = fuzzing_items(POS, NEG_CLOSE, seed=3)
+    assert [it.label for it in a] == [True, True, False]
+    assert a[0].highlighted is not None and a[0].highlighted.tolist() == [False, True, False]
+    assert all(np.array_equal(x.highlighted, y.highlighted) for x, y in zip(a, b, strict=True))  # type: ignore[arg-type]
+    assert int(a[2].highlighted.sum()) == 1  # type: ignore[union-attr]
+
+
+def test_embedding_score_pure() -> None:
+    q = np.array([1.0, 0.0])
+    s = embedding_score(q, np.array([[1.0, 0.1], [0.9, 0.2]]), np.array([[0.0, 1.0], [0.9, 0.2]]))
+    # positive sims ≈ .995, .976; negatives 0, .976 (tie with a positive) → (2 + 1 + 0.5) / 4.
+    assert s.auroc == pytest.approx(0.875)
+
+
+def test_cosy_score_and_prism_aggregate() -> None:
+    s = cosy_score(np.array([3.0, 5.0]), np.array([0.0, 2.0]))
+    assert s.auc == 1.0 and s.mad == pytest.approx(3.0) and s.mannwhitney_p == pytest.approx(1 / 6)
+    zero = cosy_score(np.array([1.0]), np.array([0.0, 0.0]))
+    assert zero.mad == 0.0 and zero.auc == 1.0
+    weak = cosy_score(np.array([0.0, 0.0]), np.array([0.0, 0.0]))
+    assert weak.auc == 0.5
+    agg_max = prism_aggregate([[s, weak], [weak]], "max")
+    agg_mean = prism_aggregate([[s, weak], [weak]], "mean")
+    assert agg_max.auc_mean == pytest.approx((1.0 + 0.5) / 2)
+    assert agg_mean.auc_mean == pytest.approx((0.75 + 0.5) / 2)
+    assert agg_max.mad_mean == pytest.approx(1.5) and agg_max.n_features == 2
+
+
+def test_corpus_rule_generator_composes_matching_texts() -> None:
+    snippets = [CorpusSnippet(i, tuple(r.tokens)) for i, r in enumerate([*POS, *NEG_EASY, *NEG_CLOSE])]
+    gen = CorpusRuleGenerator(snippets, seed=0)
+    texts = run(gen.generate('"dog"', 10))
+    assert sorted(texts) == ["a dog ran", "the dog barked"]
+    from evaluation.cosy import GeneratorError
+
+    with pytest.raises(GeneratorError):
+        run(gen.generate('"zebra"', 10))
+
+
+def test_polysemanticity_formulas() -> None:
+    # Rows at 0°, 0°, 90°: cosines 1, 0, 0 → mean 1/3.
+    assert mean_pairwise_cosine(np.array([[1.0, 0], [2.0, 0], [0, 1.0]])) == pytest.approx(1 / 3)
+    assert math.isnan(mean_pairwise_cosine(np.array([[1.0, 0]])))
+    p = prism_polysemanticity(np.array([[1.0, 0], [1.0, 0]]), np.eye(2).repeat(3, axis=0), seed=0)
+    assert p.similarity == pytest.approx(1.0) and 0.0 <= p.random_baseline <= 1.0
+    # best 0.5 at cap 3; running best: .2, .46 (≥ .45 = 0.9 × .5) → 2.
+    assert tree_polysemanticity({1: 0.2, 2: 0.46, 3: 0.5, 4: float("nan"), 5: 0.4}) == 2
+    assert tree_polysemanticity({1: 0.5, 2: 0.3}) == 1
+    assert tree_polysemanticity({1: -0.1, 2: 0.0}) is None
+    assert tree_polysemanticity({1: float("nan")}) is None
+    ci = tree_polysemanticity_summary([1, 3, None])
+    assert ci.n == 2 and ci.mean == 2.0
+
+
+def _cfg(server: FakeLLM) -> LLMConfig:
+    return LLMConfig(model="fake", base_url=server.base_url, timeout_s=2, backoff_base_s=0.001, max_reasks=1)
+
+
+def test_llm_simulator_parses_json_digits_and_reasks(fake_llm: FakeLLM) -> None:  # noqa: F811
+    def responder(body):
+        first = body["messages"][1]["content"]
+        n = int(first.split("The text has ")[1].split(" ")[0])
+        if n == 3 and len(body["messages"]) == 2:
+            return "not json"  # the 3-token record's first answer is malformed → re-asked
+        return json.dumps([0] + [5] + [0] * (n - 2))
+
+    fake_llm.responder = responder
+
+    async def go():
+        async with LLMClient(_cfg(fake_llm)) as llm:
+            sim = LLMSimulator(llm)
+            return sim.name, await sim.simulate(
+                "dog", [rec(1, "a dog", [0, 1]), rec(2, "the dog ran", [0, 1, 0])]
+            )
+
+    name, preds = run(go())
+    assert name == "llm:fake"
+    assert [p.tolist() for p in preds] == [[0, 5], [0, 5, 0]]
+    assert fake_llm.calls == 3
+
+
+def test_llm_simulator_rejects_out_of_range_after_reasks(fake_llm: FakeLLM) -> None:  # noqa: F811
+    fake_llm.default = "[0, 9]"
+
+    async def go():
+        async with LLMClient(_cfg(fake_llm)) as llm:
+            return await LLMSimulator(llm).simulate("dog", [rec(1, "a dog", [0, 1])])
+
+    with pytest.raises(LLMMalformedOutputError, match=r"\[0, 5\]"):
+        run(go())
+
+
+def test_llm_classifier_batches_and_llm_generator_reasks(fake_llm: FakeLLM) -> None:  # noqa: F811
+    def responder(body):
+        content = body["messages"][-1]["content"]
+        if "Write 3 different" in content and len(body["messages"]) == 1:
+            return "one\ntwo"  # wrong count → re-ask
+        if "Write 3 different" in content or "could not be parsed" in content:
+            return "one\ntwo\nthree"
+        n = content.count("Text ")
+        return json.dumps([1] * n)
+
+    fake_llm.responder = responder
+
+    async def go():
+        async with LLMClient(_cfg(fake_llm)) as llm:
+            clf = LLMClassifier(llm, batch_size=2)
+            m = await score_classification(clf, "detection", scorable_explanation("dogs"), POS, NEG_EASY)
+            texts = await LLMGenerator(llm).generate("dogs", 3)
+            ratings = await rate_complexity(llm, [])
+            return m, texts, ratings
+
+    m, texts, ratings = run(go())
+    assert m.n == 3 and m.tp == 2 and m.fp == 1
+    assert texts == ["one", "two", "three"] and ratings == []
+    assert fake_llm.calls == 2 + 2  # two detection batches (2 + 1 windows), generator ask + re-ask
