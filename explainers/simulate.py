@@ -8,15 +8,19 @@ activations pooled over all tokens of all records (not averaged per record); NaN
 
 from __future__ import annotations
 
+import asyncio
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import numpy as np
 
 from explainers.records import MAX_LEVEL, Record, discretise
 from explainers.rules import Rule
+
+if TYPE_CHECKING:
+    from explainers.llm import LLMClient
 
 # Spec: the score is undefined (NaN) when the true activations are (numerically) constant.
 MIN_TRUE_VARIANCE = 1e-10
@@ -60,8 +64,9 @@ async def simulate_rules(
 ) -> list[np.ndarray]:
     """Predict per token the max over rules of (rule simulated alone) × strength/5."""
     out = [np.zeros(len(r), dtype=np.float64) for r in records]
-    for rule in rules:
-        preds = await simulator.simulate(rule.activates_on, records)
+    # Rules are simulated independently (spec), so their calls can run concurrently.
+    per_rule = await asyncio.gather(*(simulator.simulate(rule.activates_on, records) for rule in rules))
+    for rule, preds in zip(rules, per_rule, strict=True):
         for i, p in enumerate(preds):
             out[i] = np.maximum(out[i], np.asarray(p, dtype=np.float64) * (rule.strength / MAX_LEVEL))
     return out
@@ -115,3 +120,28 @@ def token_feedback(pred: np.ndarray, record: Record, global_max: float) -> list[
         verdict = "too high" if p > a else "too low" if p < a else "ok"
         out.append(TokenFeedback(tok, int(p), int(a), verdict))
     return out
+
+
+class LLMSimulator:
+    """Asks an LLM for every token's activation (0..5) as strict JSON; malformed answers are re-asked by the client."""
+
+    def __init__(self, client: LLMClient, tag: str = "") -> None:
+        """Use `client`; usage is accounted under `tag` (e.g. "feature:7")."""
+        self.client = client
+        self.tag = tag
+        self.name = f"llm:{client.config.model}"
+
+    async def simulate(self, explanation: str, records: Sequence[Record]) -> list[np.ndarray]:
+        """One (T,) prediction array per record, from one LLM call for all records."""
+        from explainers.llm import LLMRequest, chat
+        from explainers.prompts.simulate import parse_predictions, simulate_prompt
+
+        if not records:
+            return []
+        system, user = simulate_prompt(explanation, records)
+        # Simulation is deterministic (temperature 0): the same explanation always gets the same prediction.
+        parsed = await self.client.complete_parsed(
+            LLMRequest(chat(user, system), tag=self.tag, temperature=0.0),
+            lambda text: parse_predictions(text, records),
+        )
+        return [np.asarray(row, dtype=np.float64) for row in parsed.value]

@@ -1,0 +1,192 @@
+"""PRISM multi-concept feature descriptions (Kopf et al., "Capturing Polysemanticity with PRISM", NeurIPS 2025,
+arXiv 2506.15538).
+
+Per feature: score every text by the feature's mean activation over its tokens (BOS and padding excluded — the
+reference code averages over padding, a bug we do not copy); keep texts at or above the 99th percentile; pick up to
+`n_texts` evenly spaced by percentile; highlight tokens > 0 and above the text's 90th percentile, merging runs into
+"[ … ]" spans; embed the highlighted texts; cluster (KMeans k=5 with a fixed seed, or HDBSCAN min_cluster_size=2);
+describe each cluster from its ≤20 highest-scoring texts in ONE call (an LLM, or offline the lexical describer).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from explainers.lexical import LexicalConfig, lexical_explain
+from explainers.records import Record
+
+PRISM_VERSION = "prism-v1"
+
+
+@dataclass(frozen=True)
+class PrismConfig:
+    """PRISM settings; defaults are the paper's where it gives them."""
+
+    percentile: float = 99.0
+    """Texts at or above this percentile of text scores are kept (paper: 99)."""
+    n_texts: int = 1000
+    """Most texts picked, evenly spaced by percentile between p99 and p100 (paper: ~1,000)."""
+    highlight_percentile: float = 90.0
+    """Tokens above this percentile of their text (and > 0) are highlighted (paper: 90)."""
+    k: int = 5
+    """Clusters (paper: 5)."""
+    method: str = "kmeans"
+    """'kmeans' (seeded) or 'hdbscan' (min_cluster_size=2)."""
+    per_cluster: int = 20
+    """Texts per cluster shown to the describer (paper: ≤ 20, highest mean activation)."""
+    seed: int = 0
+    """KMeans seed."""
+
+
+@dataclass(frozen=True)
+class HighlightedText:
+    """One text with its highlighted spans."""
+
+    record: Record
+    """The text's tokens and activations."""
+    score: float
+    """Mean activation over its tokens."""
+    text: str
+    """Text with highlighted spans in [ … ]."""
+    summary: str
+    """Each span's first token and its activation, e.g. 'dog (3.20), cat (2.10)'."""
+
+
+@dataclass(frozen=True)
+class PrismCluster:
+    """One cluster and its description."""
+
+    description: str
+    """The describer's sentence."""
+    window_ids: tuple[int, ...]
+    """Every text of the cluster, by score descending."""
+    shown_ids: tuple[int, ...]
+    """The ≤ per_cluster texts the describer saw."""
+    mean_score: float
+    """Mean text score of the cluster."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form."""
+        return {
+            "description": self.description,
+            "window_ids": list(self.window_ids),
+            "shown_ids": list(self.shown_ids),
+            "mean_score": round(self.mean_score, 6),
+        }
+
+
+def text_score(record: Record) -> float:
+    """Mean activation over the record's tokens (records already exclude BOS and padding)."""
+    return float(record.acts.mean()) if len(record) else 0.0
+
+
+def select_texts(scores: np.ndarray, percentile: float, n: int) -> np.ndarray:
+    """Indices of texts with score ≥ the percentile (and > 0), up to `n` evenly spaced by rank, highest first."""
+    if scores.size == 0:
+        return np.zeros(0, dtype=np.int64)
+    threshold = float(np.percentile(scores, percentile))
+    kept = np.flatnonzero((scores >= threshold) & (scores > 0))
+    kept = kept[np.lexsort((kept, -scores[kept]))]
+    if len(kept) <= n:
+        return kept
+    picks = np.unique(np.round(np.linspace(0, len(kept) - 1, n)).astype(np.int64))
+    return kept[picks]
+
+
+def highlight(record: Record, percentile: float = 90.0) -> HighlightedText:
+    """Wrap runs of tokens with activation > 0 and > the text's `percentile` in [ … ]; summarise each span."""
+    acts = record.acts
+    thr = float(np.percentile(acts, percentile)) if len(acts) else 0.0
+    on = (acts > 0) & (acts > thr)
+    parts: list[str] = []
+    spans: list[str] = []
+    for i, tok in enumerate(record.tokens):
+        if on[i] and (i == 0 or not on[i - 1]):
+            parts.append("[")
+            spans.append(f"{tok.strip()} ({float(acts[i]):.2f})")
+        parts.append(tok)
+        if on[i] and (i == len(acts) - 1 or not on[i + 1]):
+            parts.append("]")
+    return HighlightedText(record, text_score(record), "".join(parts).strip(), ", ".join(spans))
+
+
+def cluster_labels(embeddings_ND: np.ndarray, config: PrismConfig) -> np.ndarray:
+    """Cluster label per text (KMeans seeded; HDBSCAN noise points form their own group −1)."""
+    n = embeddings_ND.shape[0]
+    if n == 0:
+        return np.zeros(0, dtype=np.int64)
+    if config.method == "hdbscan":
+        from sklearn.cluster import HDBSCAN
+
+        if n < 2:
+            return np.zeros(n, dtype=np.int64)
+        return HDBSCAN(min_cluster_size=2).fit_predict(embeddings_ND).astype(np.int64)
+    if config.method != "kmeans":
+        raise ValueError(f"unknown clustering method {config.method!r}; use 'kmeans' or 'hdbscan'")
+    from sklearn.cluster import KMeans
+
+    k = min(config.k, n)
+    return (
+        KMeans(n_clusters=k, random_state=config.seed, n_init=10)  # pyright: ignore[reportArgumentType].fit_predict(embeddings_ND).astype(np.int64)
+    )
+
+
+def lexical_describe(texts: Sequence[HighlightedText]) -> str:
+    """Offline describer (not an LLM): the lexical explainer's rendering of the cluster's records."""
+    return lexical_explain([t.record for t in texts], LexicalConfig(min_count=1)).text
+
+
+async def llm_describe(client: Any, texts: Sequence[HighlightedText], tag: str = "") -> str:
+    """One LLM call with PRISM's labelling prompt for one cluster."""
+    from explainers.llm import LLMRequest, chat
+    from explainers.prompts.prism import label_prompt, parse_description
+
+    prompt = label_prompt([t.text for t in texts], [t.summary for t in texts])
+    parsed = await client.complete_parsed(LLMRequest(chat(prompt), tag=tag), parse_description)
+    return parsed.value
+
+
+async def prism_describe(
+    records: Sequence[Record],
+    embed: Callable[[list[str]], np.ndarray],
+    config: PrismConfig,
+    describe: Callable[[Sequence[HighlightedText]], Any] | None = None,
+) -> list[PrismCluster]:
+    """Run PRISM on candidate texts: select, highlight, embed, cluster and describe each cluster.
+
+    `describe` maps a cluster's texts to a description (sync or async); None = the offline lexical describer.
+    """
+    scores = np.array([text_score(r) for r in records], dtype=np.float64)
+    chosen = select_texts(scores, config.percentile, config.n_texts)
+    texts = [highlight(records[int(i)], config.highlight_percentile) for i in chosen]
+    if not texts:
+        return []
+    labels = cluster_labels(np.asarray(embed([t.text for t in texts]), dtype=np.float32), config)
+    groups: list[list[HighlightedText]] = []
+    for lab in sorted(set(labels.tolist())):
+        members = [texts[i] for i in np.flatnonzero(labels == lab)]
+        groups.append(sorted(members, key=lambda t: (-t.score, t.record.window_id)))
+    describer = describe or lexical_describe
+    outs = await asyncio.gather(*(_maybe_await(describer(g[: config.per_cluster])) for g in groups))
+    clusters = [
+        PrismCluster(
+            description=str(desc),
+            window_ids=tuple(t.record.window_id for t in g),
+            shown_ids=tuple(t.record.window_id for t in g[: config.per_cluster]),
+            mean_score=float(np.mean([t.score for t in g])),
+        )
+        for g, desc in zip(groups, outs, strict=True)
+    ]
+    return sorted(clusters, key=lambda c: -c.mean_score)
+
+
+async def _maybe_await(value: Any) -> Any:
+    """Await coroutines, pass plain values through."""
+    if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
+        return await value
+    return value

@@ -1,0 +1,38 @@
+"""LLM simulator prompt: predict each token's activation 0..5 from an explanation, answered as strict JSON."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+
+from explainers.jsonparse import as_int_list, as_list, as_object, parse_json_strict
+from explainers.records import Record
+
+PROMPT_VERSION = "simulate-v1"
+
+SYSTEM = (
+    "You predict how strongly a feature of a language model activates on each token of a text, given an "
+    "explanation of the feature. Activations are integers 0..5 (0 = not active, 5 = strongest). A token's "
+    "activation depends only on that token and the tokens before it."
+)
+
+
+def simulate_prompt(explanation: str, records: Sequence[Record]) -> tuple[str, str]:
+    """(system, user) asking for per-token predictions for every record."""
+    texts = "\n".join(
+        f"Text {i + 1} ({len(r)} tokens): {json.dumps(list(r.tokens), ensure_ascii=False)}"
+        for i, r in enumerate(records)
+    )
+    user = (
+        f"Explanation: {explanation}\n\n{texts}\n\n"
+        'Reply with JSON only: {"predictions": [[...], ...]} with one list per text, in order, holding one '
+        "integer 0..5 per token."
+    )
+    return SYSTEM, user
+
+
+def parse_predictions(text: str, records: Sequence[Record]) -> list[list[int]]:
+    """Strictly parse the predictions: one list per record, one integer 0..5 per token (ValueError otherwise)."""
+    obj = as_object(parse_json_strict(text), required=("predictions",))
+    rows = as_list(obj["predictions"], length=len(records))
+    return [as_int_list(row, length=len(r), lo=0, hi=5) for row, r in zip(rows, records, strict=True)]

@@ -1,0 +1,381 @@
+"""Tree-based iterative explainer (Ma, Pfrommer, Sojoudi, "Revising and Falsifying Sparse Autoencoder Feature
+Explanations", NeurIPS 2025; search adapted from tree-of-attacks).
+
+Roots are sampled structured explanations; every node is scored on the train split AND on its own valid split (the
+reference code reuses train for valid — a bug we do not copy); each node gets feedback ("Overall score: X.XX" plus
+the train record whose removal would raise the pooled correlation most, token by token); each node gets `branching`
+children; children are pruned to the top `width` by train score; the search stops early when the best train score
+reaches `stop_score`; the result is the node with the best VALIDATION score over the whole tree, which is kept.
+
+The proposer is an LLM (`LLMProposer`) or, offline, `LexicalEditor`, a rule editor that adds, removes, narrows or
+re-weights rules from the worst record — so the search itself runs and is tested without an LLM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import numpy as np
+
+from explainers.lexical import LexicalConfig, LexicalStats, match_rule_text, norm, select_candidates
+from explainers.records import Record
+from explainers.rules import DEFAULT_RULE_CAP, Rule
+from explainers.simulate import (
+    Simulator,
+    TokenFeedback,
+    score_records,
+    simulate_rules,
+    token_feedback,
+    worst_record_index,
+)
+
+log = logging.getLogger(__name__)
+
+TREE_VERSION = "tree-v1"
+
+
+@dataclass(frozen=True)
+class TreeConfig:
+    """Search settings; defaults are the paper's."""
+
+    roots: int = 3
+    """Root explanations sampled from the train positives (paper: 3)."""
+    branching: int = 2
+    """Children proposed per node (paper: 2)."""
+    width: int = 3
+    """Children kept per level, by train score (paper: 3)."""
+    depth: int = 3
+    """Rounds of revision after the roots (paper: 3)."""
+    stop_score: float = 0.9
+    """Stop when the best train score reaches this (paper: 0.9)."""
+    temperature: float = 1.2
+    """Proposer sampling temperature (paper: 1.2)."""
+    rule_cap: int = DEFAULT_RULE_CAP
+    """Most rules per explanation (paper: 5)."""
+
+
+@dataclass(frozen=True)
+class Split:
+    """Records of one split: positives then negatives."""
+
+    positives: tuple[Record, ...]
+    """Top-activating records."""
+    negatives: tuple[Record, ...]
+    """Non-activating (close) negatives."""
+
+    @property
+    def records(self) -> tuple[Record, ...]:
+        """Positives followed by negatives (the pooled score runs over all of them)."""
+        return self.positives + self.negatives
+
+
+@dataclass(frozen=True)
+class TreeSplits:
+    """Train, valid and test splits (paper: 10 positives + 10 negatives each)."""
+
+    train: Split
+    """Used for proposals, feedback and pruning."""
+    valid: Split
+    """Held out; picks the returned node."""
+    test: Split
+    """Held out for the scorer; never seen by the search."""
+
+
+@dataclass
+class TreeNode:
+    """One explanation in the tree."""
+
+    id: int
+    """Creation order."""
+    parent: int | None
+    """Parent's id (None for roots)."""
+    depth: int
+    """0 for roots."""
+    rules: tuple[Rule, ...]
+    """The explanation."""
+    improvement: str
+    """The proposer's stated change ('' for roots)."""
+    train_score: float = math.nan
+    """Pooled correlation on the train split."""
+    valid_score: float = math.nan
+    """Pooled correlation on the valid split."""
+    feedback: list[TokenFeedback] = field(default_factory=list)
+    """Worst train record, token by token."""
+    worst_window: int | None = None
+    """Window id of that record."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON form (NaN scores become null)."""
+
+        def num(x: float) -> float | None:
+            return None if math.isnan(x) else round(x, 6)
+
+        return {
+            "id": self.id,
+            "parent": self.parent,
+            "depth": self.depth,
+            "rules": [r.to_dict() for r in self.rules],
+            "improvement": self.improvement,
+            "train_score": num(self.train_score),
+            "valid_score": num(self.valid_score),
+            "worst_window": self.worst_window,
+        }
+
+
+@dataclass(frozen=True)
+class TreeResult:
+    """The chosen node and the whole tree."""
+
+    best: TreeNode
+    """Node with the best validation score."""
+    nodes: tuple[TreeNode, ...]
+    """Every node, in creation order."""
+    stopped_early: bool
+    """True when a train score reached stop_score before the last level."""
+
+    def tree_json(self) -> list[dict[str, Any]]:
+        """Every node as JSON (for the store)."""
+        return [n.to_dict() for n in self.nodes]
+
+
+class Proposer(Protocol):
+    """Proposes root explanations and revisions."""
+
+    async def roots(self, train: Split, n: int, global_max: float) -> list[tuple[Rule, ...]]:
+        """`n` (or fewer, if some failed) root explanations from the train split."""
+        ...
+
+    async def children(self, node: TreeNode, n: int, global_max: float) -> list[tuple[str, tuple[Rule, ...]]]:
+        """Up to `n` (improvement, rules) revisions of `node` given its feedback."""
+        ...
+
+
+def _key(x: float) -> float:
+    """Sort key putting NaN last."""
+    return -math.inf if math.isnan(x) else x
+
+
+async def _score(node: TreeNode, splits: TreeSplits, simulator: Simulator, global_max: float) -> None:
+    """Score a node on train and valid and attach the worst-record feedback."""
+    train, valid = splits.train.records, splits.valid.records
+    pred_train, pred_valid = await asyncio.gather(
+        simulate_rules(simulator, node.rules, train), simulate_rules(simulator, node.rules, valid)
+    )
+    node.train_score = score_records(pred_train, train)
+    node.valid_score = score_records(pred_valid, valid)
+    worst = worst_record_index(pred_train, train)
+    node.feedback = token_feedback(pred_train[worst], train[worst], global_max)
+    node.worst_window = train[worst].window_id
+
+
+async def tree_search(
+    proposer: Proposer, simulator: Simulator, splits: TreeSplits, config: TreeConfig, global_max: float
+) -> TreeResult:
+    """Run the tree search and return the best-validation node and the whole tree."""
+    nodes: list[TreeNode] = []
+    root_rules = await proposer.roots(splits.train, config.roots, global_max)
+    if not root_rules:
+        raise ValueError("the proposer returned no root explanation")
+    frontier = [TreeNode(len(nodes) + i, None, 0, r, "") for i, r in enumerate(root_rules)]
+    nodes.extend(frontier)
+    await asyncio.gather(*(_score(n, splits, simulator, global_max) for n in frontier))
+    stopped = False
+    for level in range(1, config.depth + 1):
+        if max(_key(n.train_score) for n in frontier) >= config.stop_score:
+            stopped = True
+            break
+        proposals = await asyncio.gather(
+            *(proposer.children(n, config.branching, global_max) for n in frontier)
+        )
+        children: list[TreeNode] = []
+        for parent, revs in zip(frontier, proposals, strict=True):
+            for improvement, rules in revs:
+                children.append(TreeNode(len(nodes) + len(children), parent.id, level, rules, improvement))
+        if not children:
+            break
+        nodes.extend(children)
+        await asyncio.gather(*(_score(n, splits, simulator, global_max) for n in children))
+        # Prune: keep the top `width` children by train score (ties: creation order).
+        frontier = sorted(children, key=lambda n: (-_key(n.train_score), n.id))[: config.width]
+    best = max(nodes, key=lambda n: (_key(n.valid_score), -n.id))
+    return TreeResult(best, tuple(nodes), stopped)
+
+
+# ---------------------------------------------------------------------------------------------- proposers
+
+
+class LexicalEditor:
+    """Offline proposer (not an LLM): roots are sampled lexical rule sets, revisions are rule edits.
+
+    Roots: one or two rules drawn from the lexical explainer's candidate list with probabilities softmax(−rank /
+    temperature). Revisions, from the node's worst record: add a rule for the most under-predicted token, narrow a
+    rule that over-fires to its typical left context, change a strength toward the actual values, or remove the
+    most recent over-firing rule.
+    """
+
+    def __init__(self, config: TreeConfig, seed: int = 0, lexical: LexicalConfig | None = None) -> None:
+        """Edit with the tree's settings and a seeded rng."""
+        self.config = config
+        self.rng = np.random.default_rng(seed)
+        self.lexical = lexical or LexicalConfig(rule_cap=10, min_count=1, min_gain=0.0)
+        self.stats: LexicalStats | None = None
+
+    async def roots(self, train: Split, n: int, global_max: float) -> list[tuple[Rule, ...]]:
+        """`n` distinct root rule sets sampled from the train split's lexical candidates."""
+        self.stats = LexicalStats(train.records)
+        cands = select_candidates(self.stats, self.lexical)
+        if not cands:
+            return [
+                (
+                    Rule(
+                        json.dumps(norm(train.positives[0].tokens[int(np.argmax(train.positives[0].acts))])),
+                        5,
+                    ),
+                )
+            ]
+        weights = np.exp(-np.arange(len(cands)) / max(self.config.temperature, 1e-6))
+        out: list[tuple[Rule, ...]] = []
+        for _ in range(4 * n):
+            k = int(self.rng.integers(1, min(2, len(cands)) + 1))
+            idx = self.rng.choice(len(cands), size=k, replace=False, p=weights / weights.sum())
+            rules = tuple(Rule(cands[i].rule_text(), cands[i].strength(global_max)) for i in sorted(idx))
+            if rules not in out:
+                out.append(rules)
+            if len(out) == n:
+                break
+        return out
+
+    async def children(self, node: TreeNode, n: int, global_max: float) -> list[tuple[str, tuple[Rule, ...]]]:
+        """Up to `n` distinct edits of the node's rules driven by its worst record."""
+        fb = node.feedback
+        tokens = [f.token for f in fb]
+        edits: list[tuple[str, tuple[Rule, ...]]] = []
+        rules = list(node.rules)
+        texts = {r.activates_on for r in rules}
+        low = sorted(
+            (i for i, f in enumerate(fb) if f.verdict == "too low"),
+            key=lambda i: fb[i].predicted - fb[i].actual,
+        )
+        high = sorted(
+            (i for i, f in enumerate(fb) if f.verdict == "too high"),
+            key=lambda i: fb[i].actual - fb[i].predicted,
+        )
+        for i in low:
+            text = json.dumps(norm(tokens[i]), ensure_ascii=False)
+            if norm(tokens[i]) and text not in texts and len(rules) < self.config.rule_cap:
+                edits.append((f"add a rule for {text}", (*rules, Rule(text, max(1, fb[i].actual)))))
+                break
+        for i in high:
+            firing = [j for j, r in enumerate(rules) if match_rule_text(r.activates_on, tokens)[i]]
+            for j in firing:
+                narrowed = self._narrow(rules[j], tokens[i])
+                if narrowed is not None and narrowed.activates_on not in texts:
+                    new = [*rules[:j], narrowed, *rules[j + 1 :]]
+                    edits.append((f"require context for {rules[j].activates_on}", tuple(new)))
+                    break
+            if firing and len(rules) > 1:
+                j = max(firing)
+                edits.append((f"remove the rule {rules[j].activates_on}", tuple(rules[:j] + rules[j + 1 :])))
+            break
+        for j, r in enumerate(rules):
+            hit = match_rule_text(r.activates_on, tokens)
+            if hit.any():
+                target = int(
+                    np.clip(round(float(np.mean([fb[i].actual for i in np.flatnonzero(hit)]))), 1, 5)
+                )
+                if target != r.strength:
+                    new = [*rules[:j], Rule(r.activates_on, target), *rules[j + 1 :]]
+                    edits.append((f"change the strength of {r.activates_on} to {target}", tuple(new)))
+                    break
+        unique: list[tuple[str, tuple[Rule, ...]]] = []
+        for imp, rs in edits:
+            if rs != node.rules and all(rs != u[1] for u in unique):
+                unique.append((imp, rs))
+        return unique[:n]
+
+    def _narrow(self, rule: Rule, token: str) -> Rule | None:
+        """The rule restricted to the token's most common left context among active train occurrences."""
+        if self.stats is None or " after " in rule.activates_on:
+            return None
+        typical = self.stats.typical_context(norm(token))
+        if typical is None:
+            return None
+        return Rule(f"{rule.activates_on} after {json.dumps(typical[0], ensure_ascii=False)}", rule.strength)
+
+
+class LLMProposer:
+    """Proposes roots with the one-shot structured prompt and revisions with the tree revision prompt."""
+
+    def __init__(self, client: Any, config: TreeConfig, tag: str = "") -> None:
+        """Use `client` (an LLMClient); usage is accounted under `tag`."""
+        self.client = client
+        self.config = config
+        self.tag = tag
+
+    async def roots(self, train: Split, n: int, global_max: float) -> list[tuple[Rule, ...]]:
+        """`n` samples of the one-shot structured prompt at the tree temperature, from the train positives."""
+        from explainers.jsonparse import parse_json_strict
+        from explainers.llm import LLMMalformedOutputError
+        from explainers.oneshot import structured_request
+        from explainers.rules import parse_rules
+
+        cap = self.config.rule_cap
+        reqs = [
+            structured_request(
+                train.positives, global_max, cap, tag=self.tag, temperature=self.config.temperature, sample=i
+            )
+            for i in range(n)
+        ]
+        results = await self.client.parse_many_settled(reqs, lambda t: parse_rules(parse_json_strict(t), cap))
+        return [r.value for r in results if not isinstance(r, LLMMalformedOutputError)]
+
+    async def children(self, node: TreeNode, n: int, global_max: float) -> list[tuple[str, tuple[Rule, ...]]]:
+        """`n` samples of the revision prompt for this node."""
+        from explainers.llm import LLMMalformedOutputError, LLMRequest, chat
+        from explainers.prompts.tree import parse_revision, revise_prompt
+
+        cap = self.config.rule_cap
+        system, user = revise_prompt(node.rules, node.train_score, node.feedback, cap)
+        reqs = [
+            LLMRequest(chat(user, system), tag=self.tag, temperature=self.config.temperature, sample=i)
+            for i in range(n)
+        ]
+        results = await self.client.parse_many_settled(reqs, lambda t: parse_revision(t, cap))
+        return [r.value for r in results if not isinstance(r, LLMMalformedOutputError)]
+
+
+# ---------------------------------------------------------------------------------------------- splits
+
+
+def interleave_splits(positives: Sequence[Record], negatives: Sequence[Record]) -> TreeSplits:
+    """Deal records round-robin into train/valid/test (positives sorted by score first, so splits match)."""
+    pos = sorted(positives, key=lambda r: (-r.max_act, r.window_id))
+    parts_p = [tuple(pos[i::3]) for i in range(3)]
+    parts_n = [tuple(negatives[i::3]) for i in range(3)]
+    return TreeSplits(*(Split(p, n) for p, n in zip(parts_p, parts_n, strict=True)))
+
+
+def top_chunk_size(n_windows: int, fraction: float = 0.001, minimum: int = 30) -> int:
+    """Size of the top chunk positives are sampled from (paper: top 0.1% of windows, at least 30)."""
+    return max(minimum, math.ceil(fraction * n_windows))
+
+
+__all__ = [
+    "TREE_VERSION",
+    "LLMProposer",
+    "LexicalEditor",
+    "Split",
+    "TreeConfig",
+    "TreeNode",
+    "TreeResult",
+    "TreeSplits",
+    "interleave_splits",
+    "top_chunk_size",
+    "tree_search",
+]
