@@ -65,6 +65,12 @@ def _register_stage_commands() -> None:
     from workbench.activations_cli import cache
 
     app.command("cache")(cache)
+    from workbench.indexing_cli import index
+
+    app.command("index")(index)
+    from app.app_cli import app as serve_app
+
+    app.command("app")(serve_app)
 
 
 def main() -> None:

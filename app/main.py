@@ -1,0 +1,18 @@
+"""Entry point of the feature browser: `workbench app --store PATH` (or `streamlit run app/main.py -- --store PATH`)."""
+
+from pathlib import Path
+
+import streamlit as st
+
+PAGES_DIR = Path(__file__).with_name("pages")
+
+st.set_page_config(page_title="SAE workbench", page_icon="🔬", layout="wide")
+
+pages = [
+    st.Page(PAGES_DIR / "overview.py", title="Overview", icon="📊", url_path="overview", default=True),
+    st.Page(PAGES_DIR / "feature.py", title="Feature", icon="🔎", url_path="feature"),
+    st.Page(PAGES_DIR / "search.py", title="Search", icon="🧭", url_path="search"),
+    st.Page(PAGES_DIR / "playground.py", title="Playground", icon="⌨️", url_path="playground"),
+    st.Page(PAGES_DIR / "compare.py", title="Compare", icon="⚖️", url_path="compare"),
+]
+st.navigation(pages).run()

@@ -1,0 +1,255 @@
+"""Feature: the full dashboard of one feature — statistics, examples, logit lens, neighbours, explanations, scores,
+PRISM clusters, the tree explainer's tree, negatives and absorption."""
+
+from typing import Any
+
+import pandas as pd
+import streamlit as st
+
+from app import queries, render, ui
+
+ui.page_setup()
+path = ui.require_store()
+sae = ui.pick_sae(path)
+ui.sidebar_footer()
+
+try:
+    default_feature = int(st.query_params.get("feature", 0))
+except ValueError:
+    default_feature = 0
+feature = int(
+    st.sidebar.number_input(
+        "Feature", min_value=0, value=max(default_feature, 0), step=1, key="feature_input"
+    )
+)
+if st.query_params.get("feature") != str(feature):
+    st.query_params["feature"] = str(feature)
+full_windows = st.sidebar.toggle(
+    "Show whole windows", value=False, help="Off: 24 tokens before the peak, 8 after."
+)
+
+dash = ui.guarded(queries.feature_dashboard, path, sae.sae_id, feature)
+stats = dash.stats
+st.title(f"Feature {feature}")
+st.caption(f"SAE `{sae.sae_id}` · {sae.model} · {sae.hook} · corpus `{dash.corpus}`")
+
+if dash.explanations:
+    newest = dash.explanations[-1].explanation
+    st.markdown(
+        f'<div class="wb-explanation" style="font-size:1.15rem">“{render.escape_text(newest.text)}”'
+        f' <span class="wb-special">— {render.escape_text(newest.explainer)}</span></div>',
+        unsafe_allow_html=True,
+    )
+else:
+    ui.fill_note("explanations for this feature", "explain")
+
+cols = st.columns(5)
+cols[0].metric(
+    "Density", f"{stats.density:.3%}", help=f"{stats.n_active:,} of {dash.n_tokens:,} indexed tokens"
+)
+cols[1].metric("Active windows", f"{stats.n_windows_active:,}")
+cols[2].metric("Max activation", f"{stats.max_value:.3f}")
+cols[3].metric("Mean (when active)", f"{stats.mean_value:.3f}")
+cols[4].metric("Explanations", len(dash.explanations))
+if stats.n_active == 0:
+    st.info(
+        "This feature never fired on the indexed tokens (dead over this corpus); there are no examples to show."
+    )
+
+left, right = st.columns([3, 2])
+with left:
+    st.markdown("**Activation histogram** (active tokens)")
+    if stats.hist_counts:
+        mids = [(a + b) / 2 for a, b in zip(stats.hist_edges[:-1], stats.hist_edges[1:], strict=True)]
+        st.bar_chart(pd.DataFrame({"activation": [round(m, 3) for m in mids], "tokens": stats.hist_counts}),
+                     x="activation", y="tokens", height=200)  # fmt: skip
+    else:
+        ui.fill_note("activation statistics", "index")
+    if stats.quantiles:
+        st.dataframe(
+            pd.DataFrame([stats.quantiles], columns=[f"q{lv:g}" for lv in stats.quantile_levels]),
+            hide_index=True,
+        )
+with right:
+    st.markdown("**Logit lens** — tokens this feature's decoder direction promotes / suppresses")
+    if stats.logit_top_tokens:
+        st.markdown(
+            render.render_token_list(stats.logit_top_tokens, stats.logit_top_values), unsafe_allow_html=True
+        )
+        st.markdown(
+            render.render_token_list(stats.logit_bottom_tokens, stats.logit_bottom_values),
+            unsafe_allow_html=True,
+        )
+    else:
+        ui.fill_note("logit-lens tokens", "index")
+    st.markdown("**Neighbours**")
+    nb_cols = st.columns(2)
+    for col, title, ids, vals in (
+        (nb_cols[0], "decoder cosine", stats.decoder_neighbours, stats.decoder_cosines),
+        (nb_cols[1], "co-occurrence (Jaccard)", stats.cooc_neighbours, stats.cooc_jaccard),
+    ):
+        col.caption(title)
+        if not ids:
+            col.caption("– (filled by `workbench index`)")
+        for nid, val in list(zip(ids, vals, strict=True))[:8]:
+            col.page_link(
+                "pages/feature.py",
+                label=f"feature {nid} · {val:.2f}",
+                query_params={"sae": sae.sae_id, "feature": str(nid)},
+            )
+
+
+def show_examples(examples: list[Any], max_value: float) -> None:
+    """Render windows as shaded tokens (peak outlined, value on hover)."""
+    for ex in examples:
+        start, stop = (
+            (0, None)
+            if full_windows
+            else render.context_bounds(len(ex.token_strings), ex.max_position, 24, 8)
+        )
+        html = render.render_tokens(
+            ex.token_strings,
+            ex.values,
+            max_value=max_value,
+            skip=[i for i, m in enumerate(ex.mask) if not m],
+            peak_position=ex.max_position,
+            start=start,
+            stop=stop,
+        )
+        st.markdown(
+            f'<div class="wb-special" style="font-size:0.75rem">window {ex.window_id} · max {ex.max_value:.3f}</div>'
+            + html,
+            unsafe_allow_html=True,
+        )
+
+
+tab_top, tab_q, tab_expl, tab_neg, tab_abs = st.tabs(
+    ["Top examples", "Quantile examples", "Explanations & scores", "Negatives", "Absorption"]
+)
+with tab_top:
+    if dash.top:
+        show_examples(dash.top, stats.max_value)
+    else:
+        st.caption("No activating windows for this feature.")
+with tab_q:
+    if not dash.quantiles:
+        st.caption("No activating windows for this feature.")
+    for q in sorted({e.quantile for e in dash.quantiles if e.quantile is not None}):
+        in_bin = [e for e in dash.quantiles if e.quantile == q]
+        st.markdown(
+            f"**Bin {q}** (max {max(e.max_value for e in in_bin):.3f} … {min(e.max_value for e in in_bin):.3f})"
+        )
+        show_examples(in_bin, stats.max_value)
+
+
+def show_tree(tree: Any) -> None:
+    """The tree explainer's search tree: one line per node, indented by depth, best validation node marked."""
+    nodes = tree.get("nodes", tree) if isinstance(tree, dict) else tree
+    if not isinstance(nodes, list):
+        st.json(tree, expanded=False)
+        return
+    best = tree.get("best") if isinstance(tree, dict) else None
+    lines = []
+    for node in nodes:
+        if not isinstance(node, dict):
+            continue
+        depth = int(node.get("depth", 0))
+        text = node.get("text") or node.get("explanation") or node.get("rules") or ""
+        score = node.get("validation_score", node.get("score"))
+        mark = " ★" if best is not None and node.get("id") == best else ""
+        score_txt = f" [{score:.3f}]" if isinstance(score, int | float) else ""
+        lines.append(f"{'&nbsp;' * 4 * depth}• {render.escape_text(str(text))}{score_txt}{mark}")
+    st.markdown('<div class="wb-tokens">' + "<br>".join(lines) + "</div>", unsafe_allow_html=True)
+
+
+def show_clusters(clusters: Any) -> None:
+    """PRISM's clusters: each description with the texts it was written from."""
+    if not isinstance(clusters, list):
+        st.json(clusters, expanded=False)
+        return
+    for i, cluster in enumerate(clusters):
+        if not isinstance(cluster, dict):
+            continue
+        desc = cluster.get("description") or cluster.get("text") or ""
+        texts = cluster.get("texts") or cluster.get("examples") or []
+        st.markdown(
+            f"**Cluster {cluster.get('cluster', i)}** — {render.escape_text(str(desc))}",
+            unsafe_allow_html=True,
+        )
+        for t in texts[:20]:
+            st.markdown(f'<div class="wb-tokens">{render.escape_text(str(t))}</div>', unsafe_allow_html=True)
+
+
+with tab_expl:
+    if not dash.explanations:
+        ui.fill_note("explanations for this feature", "explain")
+    for item in dash.explanations:
+        e = item.explanation
+        st.markdown(
+            f'<div class="wb-explanation"><b>{render.escape_text(e.explainer)}</b> '
+            f'<span class="wb-special">v{render.escape_text(e.explainer_version)} · '
+            f"{render.escape_text(e.llm_model or 'offline (no LLM)')}</span><br>{render.escape_text(e.text)}</div>",
+            unsafe_allow_html=True,
+        )
+        if item.scores:
+            st.dataframe(
+                pd.DataFrame(
+                    [
+                        {
+                            "scorer": s.scorer,
+                            "version": s.scorer_version,
+                            "negatives": s.negative_source or "–",
+                            **{k: v for k, v in s.metrics.items() if isinstance(v, int | float | str)},
+                        }
+                        for s in item.scores
+                    ]
+                ),
+                hide_index=True,
+            )
+        else:
+            st.caption(f"Not scored yet — `{queries.FILL_COMMANDS['score']}`.")
+        if e.rules:
+            with st.expander("Structured rules"):
+                st.json(e.rules, expanded=True)
+        if "tree" in e.extra or e.explainer == "tree":
+            with st.expander("Tree explainer: the whole search tree"):
+                show_tree(e.extra.get("tree", e.extra))
+        if "clusters" in e.extra or e.explainer == "prism":
+            with st.expander("PRISM clusters and their texts", expanded=True):
+                show_clusters(e.extra.get("clusters", e.extra))
+        with st.expander("Provenance"):
+            st.json(
+                {
+                    "explanation_id": e.id,
+                    "config_key": e.config_key,
+                    "explainer_version": e.explainer_version,
+                    "prompt_version": e.prompt_version,
+                    "llm_model": e.llm_model,
+                    "llm_params": e.llm_params,
+                    "sampling": e.sampling,
+                    "example_ids": e.example_ids,
+                    "negative_ids": e.negative_ids,
+                    "tokens_in": e.tokens_in,
+                    "tokens_out": e.tokens_out,
+                    "seconds": e.seconds,
+                    "created_at": str(e.created_at),
+                },
+                expanded=False,
+            )
+        st.divider()
+
+with tab_neg:
+    if not dash.samples:
+        ui.fill_note("negatives for this feature", "negatives")
+    for sample in dash.samples:
+        st.markdown(f"**{sample.source}** · seed {sample.seed} · {len(sample.examples)} windows")
+        st.caption(", ".join(f"{k}={v}" for k, v in sample.config.items()))
+        show_examples(sample.examples[:10], max(stats.max_value, 1e-9))
+
+with tab_abs:
+    if dash.absorption_evals == 0:
+        ui.fill_note("absorption evals for this SAE", "absorption")
+    elif not dash.absorption:
+        st.caption("This feature is neither a main first-letter feature nor an absorber in the stored evals.")
+    else:
+        st.dataframe(pd.DataFrame(dash.absorption), hide_index=True)

@@ -1,0 +1,75 @@
+"""Playground: type text, see which features fire on each token (model + SAE loaded once per server)."""
+
+import numpy as np
+import pandas as pd
+import streamlit as st
+
+from app import queries, render, ui
+
+ui.page_setup()
+path = ui.require_store()
+sae = ui.pick_sae(path)
+ui.sidebar_footer()
+st.title("Playground")
+
+recorded = queries.sae_location(sae)
+sae_spec = st.text_input(
+    "SAE files",
+    value=recorded or "",
+    help="The SAE folder the store recorded; change it if the files moved.",
+    key="playground_sae_path",
+)
+if not sae_spec:
+    st.info("The store does not say where this SAE's files are. Enter the folder `workbench train` wrote.")
+    st.stop()
+text = st.text_area(
+    "Text", value="In the beginning God created the heaven and the earth.", key="playground_text"
+)
+if not st.button("Run", type="primary", key="playground_run") and "playground_result" not in st.session_state:
+    st.caption(f"Runs {sae.model} to {sae.hook} and the SAE on your text (first run loads them).")
+    st.stop()
+
+result = ui.guarded(
+    queries.run_playground, sae, sae_spec, text, ui.guarded(queries.index_bos_id, path, sae.sae_id)
+)
+st.session_state["playground_result"] = True
+acts_TF = result.acts_TF
+counted = np.ones(len(result.token_strings), dtype=bool)
+counted[result.skip_positions] = False
+totals_F = acts_TF[counted].sum(axis=0)
+top_features = [int(f) for f in np.argsort(-totals_F)[:20] if totals_F[f] > 0]
+if not top_features:
+    st.info("No feature fired on this text.")
+    st.stop()
+
+labels = queries.feature_labels(path, sae.sae_id, top_features)
+chosen = st.selectbox(
+    "Shade tokens by feature",
+    top_features,
+    format_func=lambda f: f"{f} · {labels.get(f, '')[:60]}",
+    key="playground_feature",
+)
+values = acts_TF[:, chosen]
+st.markdown(
+    render.render_tokens(
+        result.token_strings, values, max_value=float(values.max()) or 1.0, skip=result.skip_positions
+    ),
+    unsafe_allow_html=True,
+)
+st.markdown("**Top features per token**")
+rows = []
+for pos in np.flatnonzero(counted):
+    order = np.argsort(-acts_TF[pos])[:5]
+    rows.append(
+        {
+            "position": int(pos),
+            "token": result.token_strings[pos],
+            "features": ", ".join(f"{int(f)} ({acts_TF[pos, f]:.2f})" for f in order if acts_TF[pos, f] > 0),
+        }
+    )
+st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+st.page_link(
+    "pages/feature.py",
+    label=f"Open feature {chosen}",
+    query_params={"sae": sae.sae_id, "feature": str(chosen)},
+)

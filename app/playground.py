@@ -1,0 +1,68 @@
+"""Run a subject model + SAE on typed text for the Playground page (model and SAE are loaded once per process)."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from app.views import PlaygroundResult
+from workbench.errors import WorkbenchError
+from workbench.store.records import SAERecord
+
+log = logging.getLogger(__name__)
+
+# Keys under which a registered SAE's cfg may record where its files are (train / index record one of them).
+SAE_PATH_KEYS = ("path", "sae_path", "source", "loaded_from", "folder")
+MAX_PLAYGROUND_TOKENS = 512
+
+
+class PlaygroundError(WorkbenchError):
+    """The Playground cannot run: the SAE's files are unknown or the text is unusable."""
+
+
+def sae_location(record: SAERecord) -> str | None:
+    """Where the SAE's files are, as recorded in its cfg (None when the store does not say)."""
+    for key in SAE_PATH_KEYS:
+        value = record.cfg.get(key)
+        if isinstance(value, str) and value:
+            return value
+    return None
+
+
+def load_pair(model_name: str, sae_spec: str, hook: str) -> tuple[Any, Any]:
+    """Load the subject model and the SAE, and check that they fit together."""
+    from sae.io import check_sae_matches, load_sae
+    from workbench.models import load_model
+
+    if not Path(sae_spec).expanduser().exists() and "/" not in sae_spec:
+        raise PlaygroundError(
+            f"SAE files {sae_spec!r} not found; pass the SAE folder `workbench train` wrote."
+        )
+    model = load_model(model_name)
+    sae = load_sae(sae_spec, hook=hook)
+    check_sae_matches(sae, model, hook)
+    return model, sae
+
+
+def encode_text(model: Any, sae: Any, hook: str, text: str, bos_id: int | None) -> PlaygroundResult:
+    """Feature activations of every token of `text` (BOS prepended, like indexing) as a dense (T, F) array."""
+    from workbench.models import stop_layer
+
+    if not text.strip():
+        raise PlaygroundError("Type some text first.")
+    ids = model.tokenizer(text, add_special_tokens=False)["input_ids"][: MAX_PLAYGROUND_TOKENS - 1]
+    bos = int(bos_id) if bos_id is not None else int(model.tokenizer.bos_token_id or 0)
+    tokens_1T = torch.tensor([[bos, *ids]], dtype=torch.long)
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens_1T, names_filter=[hook], stop_at_layer=stop_layer([hook]))
+        acts_TF = sae.encode(cache[hook][0].to(sae.W_enc.dtype))
+    strings = [model.tokenizer.decode([t]) for t in tokens_1T[0].tolist()]
+    return PlaygroundResult(
+        token_strings=strings,
+        acts_TF=acts_TF.float().cpu().numpy().astype(np.float32),
+        skip_positions=[0],
+    )
