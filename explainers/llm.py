@@ -392,22 +392,14 @@ async def _gather_ordered(coros: Sequence[Coroutine[Any, Any, R]], progress: boo
     for t in tasks:
         t.add_done_callback(lambda _t: bar.update(1))
     try:
-        pending: set[asyncio.Future[R]] = set(tasks)
-        while pending:
-            done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_EXCEPTION)
-            failed = [t for t in done if not t.cancelled() and t.exception() is not None]
-            if failed:
-                for t in pending:
-                    t.cancel()
-                await asyncio.gather(*pending, return_exceptions=True)
-                exc = failed[0].exception()
-                assert exc is not None
-                raise exc
-        return [t.result() for t in tasks]
+        # gather raises the first exception as soon as it happens; the finally block cancels the rest.
+        return list(await asyncio.gather(*tasks))
     finally:
-        for t in tasks:
-            if not t.done():
-                t.cancel()
+        unfinished = [t for t in tasks if not t.done()]
+        for t in unfinished:
+            t.cancel()
+        if unfinished:
+            await asyncio.gather(*unfinished, return_exceptions=True)
         bar.close()
 
 

@@ -26,7 +26,7 @@ class Usage:
     reasks: int = 0
     """Malformed answers sent back to the model with their parse error."""
     seconds: float = 0.0
-    """Wall time spent, including backoff waits."""
+    """Wall time per call, including backoff waits, summed (exceeds the job's wall time under concurrency)."""
 
     def __add__(self, other: Usage) -> Usage:
         """Field-wise sum."""

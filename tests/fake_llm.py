@@ -169,7 +169,7 @@ class FakeLLM:
     # ---- lifecycle -----------------------------------------------------------------------------------------
     def start(self) -> FakeLLM:
         """Bind a free port and serve in a daemon thread."""
-        server = ThreadingHTTPServer(("127.0.0.1", 0), _make_handler(self))
+        server = _Server(("127.0.0.1", 0), _make_handler(self))
         server.daemon_threads = True
         server.block_on_close = False  # hung handlers must not block shutdown
         self._server = server
@@ -197,12 +197,20 @@ class FakeLLM:
         self.stop()
 
 
+class _Server(ThreadingHTTPServer):
+    """Threaded server with a listen backlog large enough for 32+ simultaneous connects (default is 5)."""
+
+    request_queue_size = 256
+
+
 def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
     """A request handler class bound to one FakeLLM."""
     state = fake._state
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        # Headers and body go out in separate writes; without TCP_NODELAY, Nagle + delayed ACK add ~40 ms a call.
+        disable_nagle_algorithm = True
 
         def log_message(self, format: str, *args: Any) -> None:
             """Keep test output quiet."""
