@@ -131,8 +131,11 @@ def cluster_labels(embeddings_ND: np.ndarray, config: PrismConfig) -> np.ndarray
     from sklearn.cluster import KMeans
 
     k = min(config.k, n)
+    n_init: Any = 10  # sklearn's stubs type n_init as str ("auto"); 10 restarts keep clusters stable
     return (
-        KMeans(n_clusters=k, random_state=config.seed, n_init=10)  # pyright: ignore[reportArgumentType].fit_predict(embeddings_ND).astype(np.int64)
+        KMeans(n_clusters=k, random_state=config.seed, n_init=n_init)
+        .fit_predict(embeddings_ND)
+        .astype(np.int64)
     )
 
 
