@@ -5,15 +5,14 @@ between predictions and true activations pooled over all tokens of the test reco
 one source). Structured explanations are simulated rule by rule, scaled by strength/5, max over rules
 (`explainers.simulate.simulate_rules`). False positives = tokens on negative records predicted > 1.
 
-Simulators: `LLMSimulator` (any OpenAI-compatible chat model; per-token digits as a strictly parsed JSON array) or the
-offline lexical simulator of `explainers.lexical` (a documented baseline, never presented as an LLM).
+Simulators: `explainers.simulate.LLMSimulator` (any OpenAI-compatible chat model; per-token digits as a strictly
+parsed JSON array, re-exported here) or the offline lexical simulator of `explainers.lexical` (a documented baseline, never presented as an LLM).
 
     score = asyncio.run(score_simulation(simulator, explanation, positives, negatives))
 """
 
 from __future__ import annotations
 
-import asyncio
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -21,16 +20,27 @@ from typing import Any
 
 import numpy as np
 
-from evaluation.prompts.simulation import SIMULATION_PROMPT_VERSION, simulation_messages
 from evaluation.scoring import per_record_pearson
-from explainers.jsonparse import as_int_list, parse_json_strict
-from explainers.llm import LLMClient, LLMRequest
-from explainers.records import MAX_LEVEL, Record
+from explainers.records import Record
 from explainers.rules import Rule
-from explainers.simulate import Simulator, pooled_correlation, simulate_rules
+
+# The LLM simulator is the explainers' one (explainers/prompts/simulate.py), so tree search and scoring agree.
+from explainers.simulate import LLMSimulator, Simulator, pooled_correlation, simulate_rules
 from workbench.errors import WorkbenchError
 
 SIMULATION_SCORER_VERSION = "simulation-v1"
+
+__all__ = [
+    "SIMULATION_SCORER_VERSION",
+    "LLMSimulator",
+    "ScorableExplanation",
+    "SimulationScore",
+    "UnscorableExplanationError",
+    "scorable_explanation",
+    "score_simulation",
+    "simulate_explanation",
+    "simulation_score",
+]
 
 # Tree-explainer spec: a token on a negative record counts as a false positive when its prediction exceeds 1.
 FALSE_POSITIVE_LEVEL = 1.0
@@ -130,38 +140,6 @@ async def score_simulation(
     """Simulate the explanation on positives + negatives and score it."""
     preds = await simulate_explanation(simulator, explanation, [*positives, *negatives])
     return simulation_score(preds[: len(positives)], positives, preds[len(positives) :], negatives)
-
-
-def _parse_levels(n: int):
-    """A parser accepting exactly `n` integers in 0..5 as a JSON array (ValueError → re-ask)."""
-
-    def parse(text: str) -> list[int]:
-        return as_int_list(parse_json_strict(text), length=n, lo=0, hi=MAX_LEVEL)
-
-    return parse
-
-
-class LLMSimulator:
-    """Simulator backed by an OpenAI-compatible chat model: one call per (explanation, record), JSON digits."""
-
-    prompt_version = SIMULATION_PROMPT_VERSION
-
-    def __init__(self, client: LLMClient, tag: str = "simulation") -> None:
-        """Use `client` (its ledger accounts the tokens); `tag` labels the usage."""
-        self.client = client
-        self.tag = tag
-        self.name = f"llm:{client.config.model}"
-
-    async def simulate(self, explanation: str, records: Sequence[Record]) -> list[np.ndarray]:
-        """Predictions for every record; malformed answers are re-asked by the client, then raise."""
-        calls = [
-            self.client.complete_parsed(
-                LLMRequest(simulation_messages(explanation, r.tokens), tag=self.tag), _parse_levels(len(r))
-            )
-            for r in records
-        ]
-        # Concurrency is bounded by the client's semaphore (LLMConfig.concurrency).
-        return [np.asarray(p.value, dtype=np.float64) for p in await asyncio.gather(*calls)]
 
 
 def nan_to_none(metrics: dict[str, Any]) -> dict[str, Any]:

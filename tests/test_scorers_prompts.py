@@ -9,26 +9,13 @@ from evaluation.prompts.detection import (
     fuzzing_messages,
     highlight,
 )
-from evaluation.prompts.simulation import SIMULATION_PROMPT_VERSION, simulation_messages
 
 
 def test_versions() -> None:
-    assert SIMULATION_PROMPT_VERSION == "simulation-v1"
     assert DETECTION_PROMPT_VERSION == "detection-v1"
     assert FUZZING_PROMPT_VERSION == "fuzzing-v1"
     assert COSY_PROMPT_VERSION == "cosy-generator-v1"
     assert COMPLEXITY_PROMPT_VERSION == "complexity-v1"
-
-
-def test_simulation_prompt_golden() -> None:
-    system, user = simulation_messages('"dog"', ["The", " dog"])
-    assert system["role"] == "system" and system["content"].startswith("You simulate a feature")
-    assert user["content"] == (
-        'Explanation of the feature: "dog"\n\n'
-        "The text has 2 tokens, listed one per line as index<TAB>token:\n"
-        "0\t'The'\n1\t' dog'\n\n"
-        "Reply with a JSON array of exactly 2 integers between 0 and 5, one per token in order, and nothing else."
-    )
 
 
 def test_detection_prompt_golden() -> None:

@@ -154,37 +154,32 @@ def _cfg(server: FakeLLM) -> LLMConfig:
     return LLMConfig(model="fake", base_url=server.base_url, timeout_s=2, backoff_base_s=0.001, max_reasks=1)
 
 
-def test_llm_simulator_parses_json_digits_and_reasks(fake_llm: FakeLLM) -> None:  # noqa: F811
-    def responder(body):
-        first = body["messages"][1]["content"]
-        n = int(first.split("The text has ")[1].split(" ")[0])
-        if n == 3 and len(body["messages"]) == 2:
-            return "not json"  # the 3-token record's first answer is malformed → re-asked
-        return json.dumps([0] + [5] + [0] * (n - 2))
-
-    fake_llm.responder = responder
+def test_simulation_scorer_with_the_llm_simulator(fake_llm: FakeLLM) -> None:  # noqa: F811
+    # One call for all records (explainers.simulate.LLMSimulator); the first answer is malformed → re-asked.
+    fake_llm.push("not json", json.dumps({"predictions": [[0, 5, 0], [0, 5, 0], [0, 0, 5]]}))
 
     async def go():
         async with LLMClient(_cfg(fake_llm)) as llm:
             sim = LLMSimulator(llm)
-            return sim.name, await sim.simulate(
-                "dog", [rec(1, "a dog", [0, 1]), rec(2, "the dog ran", [0, 1, 0])]
-            )
+            return sim.name, await score_simulation(sim, scorable_explanation("dogs"), POS, NEG_CLOSE)
 
-    name, preds = run(go())
-    assert name == "llm:fake"
-    assert [p.tolist() for p in preds] == [[0, 5], [0, 5, 0]]
-    assert fake_llm.calls == 3
+    name, s = run(go())
+    assert name == "llm:fake" and fake_llm.calls == 2
+    assert s.false_positive_tokens == 1 and s.pearson_positives == pytest.approx(
+        np.corrcoef([0, 5, 0, 0, 5, 0], [0, 4, 0, 0, 2, 0])[0, 1]
+    )
 
 
-def test_llm_simulator_rejects_out_of_range_after_reasks(fake_llm: FakeLLM) -> None:  # noqa: F811
-    fake_llm.default = "[0, 9]"
+def test_llm_classifier_rejects_out_of_range_after_reasks(fake_llm: FakeLLM) -> None:  # noqa: F811
+    fake_llm.default = "[0, 2]"
 
     async def go():
         async with LLMClient(_cfg(fake_llm)) as llm:
-            return await LLMSimulator(llm).simulate("dog", [rec(1, "a dog", [0, 1])])
+            return await score_classification(
+                LLMClassifier(llm), "detection", scorable_explanation("d"), POS, []
+            )
 
-    with pytest.raises(LLMMalformedOutputError, match=r"\[0, 5\]"):
+    with pytest.raises(LLMMalformedOutputError, match=r"\[0, 1\]"):
         run(go())
 
 
