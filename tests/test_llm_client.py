@@ -346,3 +346,25 @@ def test_sync_client_works_inside_and_outside_a_running_loop(fake_llm):  # noqa:
         assert run(inside()) == {"s": 1}
         assert llm.ledger.total.calls == 6
     assert prompt_token_count(fake_llm.requests[0].body) == 1
+
+
+def test_dead_endpoint_is_retried_then_unavailable():
+    with FakeLLM() as server:
+        cfg = build_cfg(server, max_retries=1)
+    # The port is closed now: every attempt is a connection error.
+    with pytest.raises(LLMUnavailableError, match=r"failed 2 time\(s\), last: connection error"):
+        run(_one(cfg, LLMRequest(chat("q"))))
+
+
+def test_unscripted_fake_server_fails_loudly(fake_llm):  # noqa: F811
+    with pytest.raises(LLMRequestError, match="HTTP 418"):
+        run(_one(build_cfg(fake_llm), LLMRequest(chat("q"))))
+    assert fake_llm.calls == 1
+
+
+def test_empty_batch():
+    async def go() -> list:
+        async with LLMClient(LLMConfig(model="m", base_url="http://127.0.0.1:9/v1")) as llm:
+            return await llm.complete_many([])
+
+    assert run(go()) == []
