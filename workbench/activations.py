@@ -267,7 +267,7 @@ def outlier_mask(acts: dict[str, torch.Tensor], mask_BT: torch.Tensor, factor: f
     for acts_BTD in acts.values():
         norms_BT = acts_BTD.float().norm(dim=-1)
         masked = norms_BT.masked_fill(~mask_BT, float("nan"))
-        median_B = masked.nanmedian(dim=1).values  # NaN for windows with no masked position
+        median_B = masked.nanquantile(0.5, dim=1)  # NaN (never exceeded) for windows with no masked position
         out |= mask_BT & (norms_BT > factor * median_B[:, None])
     return out
 
@@ -324,7 +324,9 @@ class _ShardWriter:
         self._thread = threading.Thread(target=self._run, name="shard-writer", daemon=True)
         self._thread.start()
 
-    def submit(self, tensors: dict[str, torch.Tensor], first_window: int, n_windows: int, n_tokens: int) -> None:
+    def submit(
+        self, tensors: dict[str, torch.Tensor], first_window: int, n_windows: int, n_tokens: int
+    ) -> None:
         """Queue a shard (blocks while two are pending); raises the writer's error if it failed."""
         self.raise_if_failed()
         n_masked = int(tensors["mask"].sum())
@@ -352,7 +354,12 @@ class _ShardWriter:
                 self.error = err
 
     def _write(
-        self, tensors: dict[str, torch.Tensor], first_window: int, n_windows: int, n_tokens: int, n_masked: int
+        self,
+        tensors: dict[str, torch.Tensor],
+        first_window: int,
+        n_windows: int,
+        n_tokens: int,
+        n_masked: int,
     ) -> None:
         index = len(self.manifest.shards)
         name = f"shard-{index:05d}.safetensors"
@@ -365,7 +372,11 @@ class _ShardWriter:
         except OSError as err:
             with contextlib.suppress(OSError):
                 tmp.unlink()
-            hint = "free disk space or pass --out on a larger disk" if err.errno == errno.ENOSPC else "check --out"
+            hint = (
+                "free disk space or pass --out on a larger disk"
+                if err.errno == errno.ENOSPC
+                else "check --out"
+            )
             raise CacheWriteError(
                 f"could not write shard {index} to {final} ({err.strerror or err}); {hint}, then rerun the same "
                 f"command to resume — the {index} shard(s) listed in {self.folder / MANIFEST} are intact."
@@ -419,7 +430,9 @@ def _clean_unlisted(folder: Path, manifest: CacheManifest) -> None:
 
 def _check_identity(folder: Path, existing: CacheManifest, wanted: CacheManifest) -> None:
     old, new = existing.identity(), wanted.identity()
-    diffs = [f"{k}: cache has {old[k]!r}, this run wants {new[k]!r}" for k in IDENTITY_FIELDS if old[k] != new[k]]
+    diffs = [
+        f"{k}: cache has {old[k]!r}, this run wants {new[k]!r}" for k in IDENTITY_FIELDS if old[k] != new[k]
+    ]
     if diffs:
         raise CacheMismatchError(
             f"the cache in {folder} was written with different settings — "
@@ -505,7 +518,9 @@ def cache_activations(
         _clean_unlisted(folder, manifest)
         start_window = manifest.n_windows
         if start_window >= target_windows:
-            log.info("cache in %s already holds %d tokens (asked for %d)", folder, manifest.n_tokens, n_tokens)
+            log.info(
+                "cache in %s already holds %d tokens (asked for %d)", folder, manifest.n_tokens, n_tokens
+            )
             return CacheRunStats(folder, manifest, 0, 0.0)
         remaining = (target_windows - start_window) * context_size
         bytes_per_token = sum(wanted.hook_dims.values()) * store_dtype.itemsize + 4 + 1
@@ -568,7 +583,9 @@ def _flush(writer: _ShardWriter, pending: _Pending, context_size: int, windows_p
     tokens, mask, ids = torch.cat(pending.tokens), torch.cat(pending.mask), torch.cat(pending.window_ids)
     n = min(windows_per_shard, len(ids))
     tensors = {f"acts.{h}": a[:n].contiguous() for h, a in acts.items()}
-    tensors.update(tokens=tokens[:n].contiguous(), mask=mask[:n].contiguous(), window_ids=ids[:n].contiguous())
+    tensors.update(
+        tokens=tokens[:n].contiguous(), mask=mask[:n].contiguous(), window_ids=ids[:n].contiguous()
+    )
     writer.submit(tensors, int(ids[0]), n, n * context_size)
     for h, a in acts.items():
         pending.acts[h] = [a[n:]] if n < len(ids) else []
