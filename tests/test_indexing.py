@@ -98,7 +98,7 @@ def test_mismatched_sae_raises_typed_errors(tiny_model, corpus_file: Path, tmp_p
     corpus = resolve_corpus(str(corpus_file))
     with pytest.raises(SAEShapeMismatchError):
         index_sae(store, tiny_model, make_sae(d_in=32), HOOK, corpus, 320, IndexConfig(context_size=32))
-    with pytest.raises(SAEHookMismatchError, match="--hook blocks.1.hook_resid_post"):
+    with pytest.raises(SAEHookMismatchError, match=r"--hook blocks\.1\.hook_resid_post"):
         index_sae(store, tiny_model, make_sae(hook="blocks.1.hook_resid_post"), HOOK, corpus, 320)
     assert store.list_saes() == []
 

@@ -1,0 +1,180 @@
+"""Example and negative sampling for explainers and scorers: top-k, per-quantile, random examples; random,
+random non-activating and similarity-based close negatives.
+
+Close negatives follow Ma, Pfrommer & Sojoudi, "Revising and Falsifying Sparse Autoencoder Feature Explanations"
+(NeurIPS 2025), see shared/specs/tree-explainer.md: every window's text is embedded once (stored in the store);
+the reference set is the feature's 400 highest-activating windows; a window's similarity is the cosine to the mean
+of the reference set's normalised embeddings (the same ranking as its mean cosine to the reference set); positives
+are excluded, and SIMILAR_NEGATIVE keeps windows whose max activation ≤ threshold (0); exact top-k over the whole
+indexed corpus (30 by default, which the tree explainer splits 10/10/10).
+
+    ensure_window_embeddings(store, sae_id)                   # once per corpus (writes)
+    sample = draw_negatives(store, sae_id, feature, NegativeSource.SIMILAR_NEGATIVE, k=30, seed=0)
+    sample.window_ids, sample.id                              # stored with its seed and config
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from workbench.embeddings import DEFAULT_EMBEDDING_MODEL, embed_texts
+from workbench.errors import WorkbenchError
+from workbench.store import Sample, Store
+
+log = logging.getLogger(__name__)
+
+# Paper constants (Ma et al. 2025, §close negatives): 400 reference windows, 30 negatives split 10/10/10.
+REFERENCE_SIZE = 400
+CLOSE_NEGATIVES = 30
+
+
+class NegativeSource(StrEnum):
+    """Where negatives come from (Ma et al. 2025); SIMILAR_NEGATIVE is the default."""
+
+    RANDOM = "RANDOM"
+    """Any indexed window, uniformly."""
+    RANDOM_NEGATIVE = "RANDOM_NEGATIVE"
+    """Uniform over windows whose max activation ≤ threshold."""
+    SIMILAR = "SIMILAR"
+    """Most similar windows to the reference set, any activation (positives excluded)."""
+    SIMILAR_NEGATIVE = "SIMILAR_NEGATIVE"
+    """Most similar windows whose max activation ≤ threshold (positives excluded)."""
+
+
+class ExampleSource(StrEnum):
+    """How activating examples are drawn."""
+
+    TOP = "TOP"
+    """The k highest-activating windows."""
+    QUANTILE = "QUANTILE"
+    """Equal-count activation quantile bins, a few per bin."""
+    RANDOM_ACTIVATING = "RANDOM_ACTIVATING"
+    """Uniform over activating windows."""
+
+
+class MissingEmbeddingsError(WorkbenchError):
+    """Similarity-based negatives need embeddings of every indexed window."""
+
+
+@dataclass(frozen=True)
+class NegativeConfig:
+    """Parameters of negative sampling."""
+
+    reference_size: int = REFERENCE_SIZE
+    """Top-activating windows forming the reference set (paper: 400)."""
+    threshold: float = 0.0
+    """A negative's max activation must be ≤ this (paper: 0)."""
+    embedding_model: str = DEFAULT_EMBEDDING_MODEL
+    """sentence-transformers model of the stored window embeddings."""
+
+
+def ensure_window_embeddings(
+    store: Store, sae_id: str, model: str = DEFAULT_EMBEDDING_MODEL, chunk: int = 512
+) -> int:
+    """Embed (once) every stored window of the SAE's corpus that lacks an embedding; return how many were added."""
+    progress = store.index_progress(sae_id)
+    if progress is None:
+        raise MissingEmbeddingsError(f"SAE {sae_id} is not indexed; run `workbench index` first.")
+    missing = store.windows_missing_embeddings(progress.corpus, model)
+    for start in tqdm(range(0, len(missing), chunk), desc="embed windows", disable=len(missing) <= chunk):
+        ids = missing[start : start + chunk]
+        vectors = embed_texts(store.window_texts(progress.corpus, ids), model)
+        store.add_window_embeddings(progress.corpus, model, ids, vectors)
+    return len(missing)
+
+
+def reference_similarity(embeddings_ND: np.ndarray, reference_rows: np.ndarray) -> np.ndarray:
+    """(N,) cosine of each (unit-norm) embedding to the mean of the reference rows' unit-norm embeddings."""
+    mean_D = embeddings_ND[reference_rows].mean(axis=0)
+    norm = float(np.linalg.norm(mean_D))
+    return embeddings_ND @ (mean_D / norm) if norm > 0 else np.zeros(len(embeddings_ND), np.float32)
+
+
+def close_negatives(
+    store: Store, sae_id: str, feature: int, k: int = CLOSE_NEGATIVES, config: NegativeConfig | None = None,
+    require_negative: bool = True,
+) -> list[int]:  # fmt: skip
+    """Exact top-k most similar windows to the feature's top activating windows (non-activating unless
+    `require_negative` is False), ordered by decreasing similarity, ties by window id."""
+    cfg = config or NegativeConfig()
+    progress = store.index_progress(sae_id)
+    if progress is None:
+        raise MissingEmbeddingsError(f"SAE {sae_id} is not indexed; run `workbench index` first.")
+    indexed = store.indexed_window_ids(sae_id)
+    emb = store.window_embeddings(progress.corpus, cfg.embedding_model)
+    rows = np.searchsorted(emb.window_ids, indexed)
+    rows = np.minimum(rows, max(len(emb.window_ids) - 1, 0))
+    if len(emb.window_ids) == 0 or not np.array_equal(emb.window_ids[rows], indexed):
+        raise MissingEmbeddingsError(
+            f"windows of corpus {progress.corpus!r} lack {cfg.embedding_model} embeddings; run "
+            "explainers.sampling.ensure_window_embeddings(store, sae_id) once (it embeds every window)."
+        )
+    embeddings_ND = emb.embeddings_ND[rows]
+    positives = store.top_examples(sae_id, feature, cfg.reference_size)
+    if not positives:
+        return []
+    pos_ids = np.array([p.window_id for p in positives], dtype=np.int64)
+    similarity_N = reference_similarity(embeddings_ND, np.searchsorted(indexed, pos_ids))
+    keep_N = ~np.isin(indexed, pos_ids)
+    if require_negative:
+        maxima = store.window_maxima(sae_id, feature)
+        keep_N &= ~np.isin(indexed, maxima.window_ids[maxima.values > cfg.threshold])
+    candidates = np.flatnonzero(keep_N)
+    order = np.lexsort((indexed[candidates], -similarity_N[candidates]))[:k]
+    return [int(i) for i in indexed[candidates[order]]]
+
+
+def draw_negatives(
+    store: Store,
+    sae_id: str,
+    feature: int,
+    source: NegativeSource = NegativeSource.SIMILAR_NEGATIVE,
+    k: int = CLOSE_NEGATIVES,
+    seed: int = 0,
+    config: NegativeConfig | None = None,
+) -> Sample:
+    """Draw negatives from `source`, store the sample (ids, seed, config) and return it."""
+    cfg = config or NegativeConfig()
+    rng = np.random.default_rng(seed)
+    if source is NegativeSource.RANDOM:
+        indexed = store.indexed_window_ids(sae_id)
+        ids = [int(i) for i in rng.choice(indexed, size=min(k, len(indexed)), replace=False)]
+    elif source is NegativeSource.RANDOM_NEGATIVE:
+        ids = store.random_negatives(sae_id, feature, k, seed=seed, threshold=cfg.threshold)
+    else:
+        ids = close_negatives(
+            store, sae_id, feature, k, cfg, require_negative=source is NegativeSource.SIMILAR_NEGATIVE
+        )
+    sample = Sample(sae_id, int(feature), source.value, seed, {"k": k, **asdict(cfg)}, ids)
+    return Sample(**{**asdict(sample), "id": store.add_sample(sample)})
+
+
+def draw_examples(
+    store: Store,
+    sae_id: str,
+    feature: int,
+    source: ExampleSource = ExampleSource.TOP,
+    k: int = 20,
+    seed: int = 0,
+    n_quantiles: int = 10,
+) -> Sample:
+    """Draw activating examples (top / per-quantile / random), store the sample and return it."""
+    if source is ExampleSource.TOP:
+        examples = store.top_examples(sae_id, feature, k)
+    elif source is ExampleSource.QUANTILE:
+        examples = store.quantile_examples(sae_id, feature, n_quantiles, max(1, k // n_quantiles), seed)
+    else:
+        examples = store.random_examples(sae_id, feature, k, seed)
+    config = {"k": k, "n_quantiles": n_quantiles} if source is ExampleSource.QUANTILE else {"k": k}
+    sample = Sample(sae_id, int(feature), source.value, seed, config, [e.window_id for e in examples])
+    return Sample(**{**asdict(sample), "id": store.add_sample(sample)})
+
+
+def split_sample(window_ids: list[int], n_parts: int = 3) -> list[list[int]]:
+    """Split ids into `n_parts` consecutive, near-equal parts (the paper's 10/10/10 split of 30 negatives)."""
+    return [part.tolist() for part in np.array_split(np.asarray(window_ids, dtype=np.int64), n_parts)]
