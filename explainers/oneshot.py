@@ -4,11 +4,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-from explainers.llm import LLMClient, LLMRequest, chat
 from explainers.prompts import oneshot as prompt
 from explainers.records import Record
 from explainers.rules import DEFAULT_RULE_CAP, Rule, parse_rules
+
+if TYPE_CHECKING:
+    from explainers.llm import LLMClient, LLMRequest
 
 ONESHOT_VERSION = "oneshot-v1"
 
@@ -33,6 +36,8 @@ def structured_request(
     sample: int,
 ) -> LLMRequest:
     """The request for one structured explanation (distinct `sample` values give distinct samples)."""
+    from explainers.llm import LLMRequest, chat
+
     system, user = prompt.structured_prompt(records, global_max, rule_cap)
     return LLMRequest(chat(user, system), tag=tag, temperature=temperature, sample=sample)
 
@@ -59,6 +64,8 @@ async def explain_freetext(
     client: LLMClient, records: Sequence[Record], global_max: float, *, tag: str = ""
 ) -> str:
     """Ask for one sentence explaining the feature."""
+    from explainers.llm import LLMRequest, chat
+
     system, user = prompt.freetext_prompt(records, global_max)
     parsed = await client.complete_parsed(LLMRequest(chat(user, system), tag=tag), prompt.parse_freetext)
     return parsed.value

@@ -159,14 +159,17 @@ async def prism_describe(
     embed: Callable[[list[str]], np.ndarray],
     config: PrismConfig,
     describe: Callable[[Sequence[HighlightedText]], Any] | None = None,
+    n_other: int = 0,
 ) -> list[PrismCluster]:
     """Run PRISM on candidate texts: select, highlight, embed, cluster and describe each cluster.
 
     `describe` maps a cluster's texts to a description (sync or async); None = the offline lexical describer.
+    `n_other` counts further texts of the corpus that score 0 (windows where the feature never fires): they enter
+    the percentile but are never picked.
     """
-    scores = np.array([text_score(r) for r in records], dtype=np.float64)
+    scores = np.array([text_score(r) for r in records] + [0.0] * max(0, n_other), dtype=np.float64)
     chosen = select_texts(scores, config.percentile, config.n_texts)
-    texts = [highlight(records[int(i)], config.highlight_percentile) for i in chosen]
+    texts = [highlight(records[int(i)], config.highlight_percentile) for i in chosen if i < len(records)]
     if not texts:
         return []
     labels = cluster_labels(np.asarray(embed([t.text for t in texts]), dtype=np.float32), config)
