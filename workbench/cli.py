@@ -71,6 +71,9 @@ def _register_stage_commands() -> None:
     from app.app_cli import app as serve_app
 
     app.command("app")(serve_app)
+    from explainers.explain_cli import explain
+
+    app.command("explain")(explain)
 
 
 def main() -> None:
