@@ -274,6 +274,7 @@ def test_missing_cache_folder(tmp_path):
 def test_nonfinite_shard_raises_or_is_skipped(corpus, tmp_path):
     model = load_model("tiny:3")
     # A huge embedding for one word overflows float16 (max 65504) exactly where that word occurs.
+    assert model.tokenizer is not None
     word = model.tokenizer.encode(" cat", add_special_tokens=False)[0]
     with torch.no_grad():
         model.W_E[word] = 1e6
