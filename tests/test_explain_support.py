@@ -6,6 +6,7 @@ corpus tokenised by SmolLM2's tokenizer:
   1  fires on every counted token of windows starting in a KJV or a stdlib document (two unrelated topics)
   2  never fires (dead)
   3  fires on LORD only (monosemantic control)
+  4  fires on six frequent KJV tokens (unto, shall, thou, thy, him, thee) at 3.0 — more than a 1–2 rule root covers
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from workbench.store import Store
 
 PLANTED_SAE = "planted"
 PLANTED_TOKENS = {"lord": 5.0, "god": 3.0, "israel": 2.0}
+WIDE_TOKENS = {"unto", "shall", "thou", "thy", "him", "thee"}
 CONTEXT = 32
 
 
@@ -47,7 +49,7 @@ def build_planted_store(folder: Path, tokenizer) -> Store:
     """Index the planted features over the small corpus into a fresh store."""
     corpus = resolve_corpus(str(planted_corpus(folder)))
     store = Store.open(folder / "store.duckdb")
-    store.register_sae(PLANTED_SAE, "tiny", "blocks.1.hook_resid_post", 64, 4, {"planted": True})
+    store.register_sae(PLANTED_SAE, "tiny", "blocks.1.hook_resid_post", 64, 5, {"planted": True})
     store.start_index(PLANTED_SAE, corpus.name, CONTEXT, None, {"planted": True})
     rows: dict[str, list] = {"feature": [], "window_id": [], "position": [], "value": []}
     batches = list(iter_windows(corpus, tokenizer, CONTEXT, batch_size=4096))
@@ -65,6 +67,9 @@ def build_planted_store(folder: Path, tokenizer) -> Store:
                 if key == "lord":
                     rows["feature"].append(3), rows["window_id"].append(int(wid))
                     rows["position"].append(pos), rows["value"].append(4.0)
+                if key in WIDE_TOKENS:
+                    rows["feature"].append(4), rows["window_id"].append(int(wid))
+                    rows["position"].append(pos), rows["value"].append(3.0)
                 if src.startswith(("kjv", "stdlib")):
                     rows["feature"].append(1), rows["window_id"].append(int(wid))
                     rows["position"].append(pos), rows["value"].append(1.0 + 0.5 * ((pos * 7 + int(wid)) % 3))
