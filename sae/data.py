@@ -1,0 +1,216 @@
+"""Activation data for SAE training: chunk sources (streaming model forward, activation cache, in-memory tensors)
+and a deterministic, resumable shuffling batcher that feeds sae-lens's SAETrainer.
+
+A *source* is a function `start_chunk -> Iterator[Chunk]`; chunk i is always the same activations, so a run can
+restart at any chunk. The batcher groups `chunks_per_block` chunks into a block, shuffles each block with a generator
+seeded by (seed, block index), and cuts the concatenated stream into batches of exactly `batch_size` rows. Its state
+for resuming is (block index, stream position of the block start, tokens consumed).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections import deque
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+from transformer_lens import HookedTransformer
+
+from workbench.errors import WorkbenchError
+from workbench.models import stop_layer, validate_hooks
+
+log = logging.getLogger(__name__)
+
+NanPolicy = Literal["stop", "skip"]
+
+
+class NonFiniteActivationsError(WorkbenchError):
+    """Activations contain NaN or inf (raised under nan_policy='stop')."""
+
+
+class TrainingDataExhaustedError(WorkbenchError):
+    """The source ran out of activations before the requested number of training tokens."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """A piece of a source: activation rows already masked (BOS/special positions removed)."""
+
+    acts_ND: torch.Tensor
+    """(N, d_in) float32 activations."""
+    label: str
+    """Where the rows came from (shard file and batch, or window ids), for error reports."""
+
+
+ChunkSource = Callable[[int], Iterator[Chunk]]
+
+
+def tensor_source(chunks: Sequence[torch.Tensor], repeat: bool = False) -> ChunkSource:
+    """A source over in-memory activation tensors (each (N, d_in)); `repeat` cycles them for ever."""
+
+    def chunks_from(start: int) -> Iterator[Chunk]:
+        i = start
+        while repeat or i < len(chunks):
+            yield Chunk(chunks[i % len(chunks)].float(), f"tensor {i % len(chunks)}")
+            i += 1
+
+    return chunks_from
+
+
+def streaming_source(
+    model: HookedTransformer,
+    hook: str,
+    corpus: Any,
+    *,
+    context_size: int = 128,
+    windows_per_chunk: int = 32,
+    bos_id: int | None = None,
+    mask_policy: Any = None,
+) -> ChunkSource:
+    """A source that runs the model over corpus windows (stopping right after `hook`) and keeps unmasked positions."""
+    from workbench.corpus import iter_windows
+
+    validate_hooks(model, [hook])
+    stop_at = min(stop_layer([hook]), model.cfg.n_layers)
+    device = next(model.parameters()).device
+
+    def chunks_from(start: int) -> Iterator[Chunk]:
+        windows = iter_windows(
+            corpus,
+            model.tokenizer,
+            context_size,
+            bos_id=bos_id,
+            batch_size=windows_per_chunk,
+            start_window=start * windows_per_chunk,
+            mask_policy=mask_policy,
+            decode=False,
+        )
+        captured: dict[str, torch.Tensor] = {}
+
+        def grab(act: torch.Tensor, hook: Any) -> None:
+            captured["act"] = act
+
+        for batch in windows:
+            tokens_BT = torch.from_numpy(batch.tokens_BT).long().to(device)
+            with torch.inference_mode():
+                model.run_with_hooks(tokens_BT, fwd_hooks=[(hook, grab)], stop_at_layer=stop_at)
+            mask_BT = torch.from_numpy(batch.mask_BT).to(device)
+            acts_ND = captured["act"][mask_BT].float().cpu()
+            first, last = int(batch.window_ids[0]), int(batch.window_ids[-1])
+            yield Chunk(acts_ND, f"windows {first}-{last}")
+
+    return chunks_from
+
+
+def cache_source(folder: Path, hook: str) -> ChunkSource:
+    """A source over an activation cache folder written by `workbench cache`: chunk i is shard i with its masked
+    positions (BOS, specials, outliers) dropped. NaN/inf are left for the batcher to report by shard."""
+    from workbench.activations import ActivationCache
+    from workbench.errors import CacheMismatchError
+
+    cache = ActivationCache(folder)
+    if hook not in cache.manifest.hooks:
+        raise CacheMismatchError(
+            f"hook {hook!r} is not in the cache {folder}; it holds {list(cache.manifest.hooks)}."
+        )
+    width = cache.manifest.hook_dims[hook]
+
+    def chunks_from(start: int) -> Iterator[Chunk]:
+        for index in range(start, cache.n_shards):
+            shard = cache.load_shard(index, check_finite=False)
+            rows_ND = shard.acts[hook].reshape(-1, width)[shard.mask_WT.reshape(-1)].float()
+            yield Chunk(rows_ND, f"shard {index} ({cache.manifest.shards[index].file})")
+
+    return chunks_from
+
+
+class ShuffledBatches:
+    """Deterministic shuffled batches of exactly `batch_size` rows, resumable from `state()`."""
+
+    def __init__(
+        self,
+        source: ChunkSource,
+        batch_size: int,
+        seed: int,
+        chunks_per_block: int = 16,
+        nan_policy: NanPolicy = "stop",
+        resume: dict[str, int] | None = None,
+    ) -> None:
+        self.batch_size = batch_size
+        self.seed = seed
+        self.chunks_per_block = chunks_per_block
+        self.nan_policy = nan_policy
+        self.skipped_rows = 0
+        self.skipped_labels: list[str] = []
+        start_block = resume["block"] if resume else 0
+        self.consumed = resume["consumed"] if resume else 0
+        self._block_starts: deque[tuple[int, int]] = deque(maxlen=64)
+        self._chunks = source(start_block * chunks_per_block)
+        self._next_block = start_block
+        self._stream_pos = resume["block_start"] if resume else 0
+        self._buffer: list[torch.Tensor] = []
+        self._buffered = 0
+        self._skip = self.consumed - self._stream_pos
+
+    def _clean(self, chunk: Chunk) -> torch.Tensor:
+        """Drop or refuse rows with NaN/inf, reporting where they came from."""
+        finite_N = torch.isfinite(chunk.acts_ND).all(dim=-1)
+        if bool(finite_N.all()):
+            return chunk.acts_ND
+        bad = int((~finite_N).sum())
+        if self.nan_policy == "stop":
+            raise NonFiniteActivationsError(
+                f"{bad} activation rows with NaN/inf in {chunk.label}; fix the source (model dtype overflow? "
+                "corrupt cache shard?) or pass --nan-policy skip to drop them."
+            )
+        log.warning("skipping %d activation rows with NaN/inf in %s", bad, chunk.label)
+        self.skipped_rows += bad
+        self.skipped_labels.append(chunk.label)
+        return chunk.acts_ND[finite_N]
+
+    def _load_block(self) -> bool:
+        """Append the next shuffled block to the buffer; False when the source is exhausted."""
+        rows = []
+        for _ in range(self.chunks_per_block):
+            chunk = next(self._chunks, None)
+            if chunk is None:
+                break
+            rows.append(self._clean(chunk))
+        if not rows:
+            return False
+        block = torch.cat(rows)
+        gen = torch.Generator().manual_seed(self.seed * 1_000_003 + self._next_block)
+        block = block[torch.randperm(block.shape[0], generator=gen)]
+        self._block_starts.append((self._next_block, self._stream_pos))
+        self._next_block += 1
+        self._stream_pos += block.shape[0]
+        if self._skip > 0:  # resuming: drop what the interrupted run already trained on
+            drop = min(self._skip, block.shape[0])
+            block, self._skip = block[drop:], self._skip - drop
+        self._buffer.append(block)
+        self._buffered += block.shape[0]
+        return True
+
+    def __iter__(self) -> ShuffledBatches:
+        return self
+
+    def __next__(self) -> torch.Tensor:
+        while self._buffered < self.batch_size:
+            if not self._load_block():
+                raise TrainingDataExhaustedError(
+                    f"the activation source ran out after {self.consumed + self._buffered} tokens; "
+                    "train on fewer tokens (--tokens) or use a larger corpus/cache."
+                )
+        data = torch.cat(self._buffer)
+        batch, rest = data[: self.batch_size], data[self.batch_size :]
+        self._buffer, self._buffered = [rest], rest.shape[0]
+        self.consumed += self.batch_size
+        return batch
+
+    def state(self) -> dict[str, int]:
+        """Where to restart so the next batch is exactly the one this batcher would yield next."""
+        block, start = next((b, s) for b, s in reversed(self._block_starts) if s <= self.consumed)
+        return {"block": block, "block_start": start, "consumed": self.consumed}

@@ -1,0 +1,324 @@
+"""Train an SAE with sae-lens's SAETrainer on our own activation data (streaming or cache), with checkpoints,
+resume after a kill, NaN/inf handling, a progress bar and a local JSONL log.
+
+    from sae.data import streaming_source
+    source = streaming_source(model, "blocks.3.hook_resid_post", resolve_corpus("default"))
+    result = train_sae(source, d_in=576, cfg=TrainConfig(architecture="topk", n_tokens=2_000_000), out=Path("runs/t"))
+
+The output folder holds the SAE in SAELens format (cfg.json, sae_weights.safetensors, sparsity.safetensors),
+train_config.json, train_log.jsonl and checkpoints/ (the latest complete one; `resume=True` continues from it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from sae_lens import LoggingConfig, SAETrainer, TrainingSAE
+from sae_lens.config import SAETrainerConfig
+from sae_lens.registry import SAE_TRAINING_CLASS_REGISTRY
+from sae_lens.saes.sae import TrainStepOutput
+from tqdm.auto import tqdm
+
+from sae.data import ChunkSource, NanPolicy, ShuffledBatches
+from sae.io import UnknownArchitectureError, compute_sae_id, save_sae
+from workbench import paths
+from workbench.errors import WorkbenchError
+
+log = logging.getLogger(__name__)
+
+ARCHITECTURES = ("topk", "batchtopk", "matryoshka_batchtopk", "jumprelu", "standard", "gated")
+LATEST = "latest.json"
+
+
+class ResumeError(WorkbenchError):
+    """A run cannot resume: no checkpoint, or the checkpoint was written with another configuration."""
+
+
+@dataclass(frozen=True)
+class TrainConfig:
+    """What to train and how. Unset fields (None) take the architecture's default from `ARCH_DEFAULTS`."""
+
+    architecture: str = "topk"
+    """One of topk, batchtopk, matryoshka_batchtopk, jumprelu, standard, gated."""
+    d_sae: int | None = None
+    """Number of features; None → expansion × d_in."""
+    expansion: int = 8
+    """Features per input dimension when d_sae is None."""
+    k: int = 32
+    """Active features per token (topk) or on average per token (batchtopk, matryoshka)."""
+    n_tokens: int = 2_000_000
+    """Training tokens (masked positions never count)."""
+    batch_size: int = 4096
+    """Tokens per optimiser step."""
+    lr: float | None = None
+    """Adam learning rate; decays linearly to 0 over the last 20% of steps."""
+    sparsity_coefficient: float | None = None
+    """L1 coefficient (standard, gated) or L0 coefficient (jumprelu); unused by the TopK family."""
+    seed: int = 0
+    """Seeds the SAE initialisation and the data shuffling."""
+    dead_feature_tokens: int = 200_000
+    """A feature counts as dead (and gets the aux loss) after this many tokens without firing."""
+    shuffle_chunks: int = 16
+    """Source chunks shuffled together (streaming: 32 windows each; cache: one shard each)."""
+    checkpoint_every: int = 0
+    """Save a resumable checkpoint every this many steps (0: only at the end)."""
+    nan_policy: NanPolicy = "stop"
+    """What to do with NaN/inf activation rows: stop with an error naming the shard/windows, or skip them."""
+    log_every: int = 10
+    """Steps between JSONL log lines and progress-bar updates."""
+    wandb: bool = False
+    """Also log to Weights & Biases (off by default; the local JSONL log is always written)."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Extra sae-lens training-config fields (e.g. {"aux_loss_coefficient": 0.5}), applied last."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """Plain dict for train_config.json."""
+        return dataclasses.asdict(self)
+
+
+# Per-architecture defaults. TopK family: lr 4e-4 unnormalised inputs, aux loss on (Gao et al. 2024, "Scaling and
+# evaluating sparse autoencoders"). BatchTopK: threshold EMA lr 0.1 so the saved JumpReLU threshold reaches the trained
+# L0 within a short run (design.md: 0.01 left L0≈350 after 100 steps). L1/JumpReLU family: inputs scaled to
+# E‖x‖=√d_in, L1 λ=5, lr 5e-5 (Anthropic, "Circuits Updates – April 2024"); JumpReLU lr 7e-5 (Rajamanoharan et al.
+# 2024, "Jumping Ahead"); the L0 coefficient is a starting point to tune per model.
+ARCH_DEFAULTS: dict[str, dict[str, Any]] = {
+    "topk": {"lr": 4e-4},
+    "batchtopk": {"lr": 4e-4, "topk_threshold_lr": 0.1},
+    "matryoshka_batchtopk": {"lr": 4e-4, "topk_threshold_lr": 0.1},
+    "standard": {"lr": 5e-5, "l1_coefficient": 5.0, "normalize_activations": "expected_average_only_in"},
+    "gated": {"lr": 5e-5, "l1_coefficient": 5.0, "normalize_activations": "expected_average_only_in"},
+    "jumprelu": {"lr": 7e-5, "l0_coefficient": 1.0, "normalize_activations": "expected_average_only_in"},
+}
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """What a finished training run produced."""
+
+    folder: Path
+    """SAELens folder of the trained SAE."""
+    sae_id: str
+    """Content hash of weights + model + hook (see sae.io.compute_sae_id)."""
+    n_tokens: int
+    """Tokens trained on."""
+    n_steps: int
+    """Optimiser steps."""
+    seconds: float
+    """Wall time of this process's share of the run (after a resume: since the resume)."""
+    tokens_per_s: float
+    """Training throughput of this process, including data production (model forward or cache reads)."""
+    final: dict[str, float]
+    """Last logged training stats (loss, mse, l0, explained_variance, dead_fraction)."""
+    skipped_rows: int
+    """Activation rows dropped for NaN/inf (nan_policy='skip')."""
+
+
+def build_training_sae(
+    cfg: TrainConfig, d_in: int, metadata: dict[str, Any] | None = None
+) -> TrainingSAE[Any]:
+    """A freshly initialised sae-lens training SAE for `cfg` (seeded by cfg.seed)."""
+    if cfg.architecture not in ARCHITECTURES:
+        raise UnknownArchitectureError(
+            f"unknown architecture {cfg.architecture!r}; choose one of {', '.join(ARCHITECTURES)}."
+        )
+    sae_cls, cfg_cls = SAE_TRAINING_CLASS_REGISTRY[cfg.architecture]
+    d_sae = cfg.d_sae or cfg.expansion * d_in
+    fields = {f.name for f in dataclasses.fields(cfg_cls)}
+    kwargs: dict[str, Any] = {"d_in": d_in, "d_sae": d_sae}
+    defaults = {k: v for k, v in ARCH_DEFAULTS[cfg.architecture].items() if k != "lr"}
+    kwargs.update({k: v for k, v in defaults.items() if k in fields})
+    if "k" in fields:
+        kwargs["k"] = cfg.k
+    if cfg.architecture == "matryoshka_batchtopk":
+        # Nested prefixes of 1/8, 1/4, 1/2 and all features (Bussmann et al. 2025, "Learning Multi-Level Features
+        # with Matryoshka Sparse Autoencoders", use a handful of doubling widths).
+        kwargs["matryoshka_widths"] = [d_sae // 8, d_sae // 4, d_sae // 2, d_sae]
+    if cfg.sparsity_coefficient is not None:
+        key = "l0_coefficient" if cfg.architecture == "jumprelu" else "l1_coefficient"
+        if key in fields:
+            kwargs[key] = cfg.sparsity_coefficient
+    kwargs.update({k: v for k, v in cfg.extra.items() if k in fields})
+    torch.manual_seed(cfg.seed)
+    sae = sae_cls(cfg_cls(**kwargs))
+    for key, value in (metadata or {}).items():
+        sae.cfg.metadata[key] = value
+    return sae
+
+
+def _trainer_config(cfg: TrainConfig, out: Path) -> SAETrainerConfig:
+    """sae-lens trainer settings, with the pitfalls of design.md handled (explicit lr_end, no W&B unless asked)."""
+    lr = cfg.lr if cfg.lr is not None else ARCH_DEFAULTS[cfg.architecture]["lr"]
+    steps = cfg.n_tokens // cfg.batch_size
+    return SAETrainerConfig(
+        total_training_samples=steps * cfg.batch_size,
+        train_batch_size_samples=cfg.batch_size,
+        lr=lr,
+        lr_end=lr,  # sae-lens needs it set; the constant schedule + decay steps ends at 0 regardless
+        lr_scheduler_name="constant",
+        lr_decay_steps=steps // 5,
+        dead_feature_window=max(1, cfg.dead_feature_tokens // cfg.batch_size),
+        feature_sampling_window=max(1, steps),
+        checkpoint_path=str(out / "checkpoints"),
+        logger=LoggingConfig(log_to_wandb=cfg.wandb, wandb_project="sae-workbench"),
+        n_batches_for_norm_estimate=8,
+    )
+
+
+def _step_stats(out: TrainStepOutput) -> dict[str, float]:
+    """Loss, L0 and explained variance of one training batch."""
+    with torch.no_grad():
+        x_ND = out.sae_in.float()
+        err = (out.sae_out.float() - x_ND).pow(2).sum(-1).mean()
+        var = (x_ND - x_ND.mean(0)).pow(2).sum(-1).mean()
+        stats = {
+            "loss": float(out.loss.item()),
+            "l0": float((out.feature_acts != 0).float().sum(-1).mean().item()),
+            "explained_variance": float(1 - (err / var).item()),
+        }
+        stats.update({name: float(v.item()) for name, v in out.losses.items()})
+    return stats
+
+
+def _save_checkpoint(trainer: SAETrainer[Any, Any], batches: ShuffledBatches, out: Path) -> Path:
+    """Write a complete checkpoint, then point checkpoints/latest.json at it and drop older ones."""
+    base = out / "checkpoints"
+    name = f"step_{trainer.n_training_steps:08d}"
+    tmp = base / f".tmp-{name}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    trainer.save_checkpoint(checkpoint_name=tmp.name, base_path=base)
+    (tmp / "data_state.json").write_text(json.dumps(batches.state()))
+    final = base / name
+    shutil.rmtree(final, ignore_errors=True)
+    tmp.rename(final)
+    paths.atomic_write_bytes(base / LATEST, json.dumps({"checkpoint": name}).encode())
+    for old in base.glob("step_*"):
+        if old.name != name:
+            shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def _check_resumable(out: Path, cfg: TrainConfig) -> Path:
+    """The latest checkpoint folder of a run with the same config, or ResumeError saying what to do."""
+    latest = out / "checkpoints" / LATEST
+    if not latest.exists():
+        raise ResumeError(f"{out} has no checkpoint to resume from; run without --resume to start fresh.")
+    saved = json.loads((out / "train_config.json").read_text())
+    if saved != json.loads(json.dumps(cfg.to_dict())):
+        diff = {k: (saved.get(k), v) for k, v in cfg.to_dict().items() if saved.get(k) != v}
+        raise ResumeError(f"{out} was trained with other settings {diff}; resume with the same options.")
+    return out / "checkpoints" / json.loads(latest.read_text())["checkpoint"]
+
+
+def train_sae(
+    source: ChunkSource,
+    d_in: int,
+    cfg: TrainConfig,
+    out: Path,
+    *,
+    model_name: str = "unknown",
+    hook: str = "unknown",
+    metadata: dict[str, Any] | None = None,
+    resume: bool = False,
+    progress: bool = True,
+) -> TrainResult:
+    """Train an SAE on activations from `source`, checkpointing into `out`; save it there in SAELens format."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    meta = {"model_name": model_name, "hook_name": hook, **(metadata or {})}
+    sae = build_training_sae(cfg, d_in, meta)
+    trainer_cfg = _trainer_config(cfg, out)
+    resume_from = _check_resumable(out, cfg) if resume else None
+    data_state = json.loads((resume_from / "data_state.json").read_text()) if resume_from else None
+    batches = ShuffledBatches(
+        source, cfg.batch_size, cfg.seed, cfg.shuffle_chunks, cfg.nan_policy, data_state
+    )
+    trainer: SAETrainer[Any, Any] = SAETrainer(cfg=trainer_cfg, sae=sae, data_provider=batches)
+    if resume_from is not None:
+        sae.load_weights_from_checkpoint(resume_from)
+        trainer.load_trainer_state(resume_from)
+        log.info("resumed from %s at %d tokens", resume_from, trainer.n_training_samples)
+    else:
+        (out / "train_config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
+        (out / "train_log.jsonl").unlink(missing_ok=True)
+        if sae.cfg.normalize_activations == "expected_average_only_in":
+            # Estimated on a separate pass over the first batches, so the training stream is untouched.
+            norm_batches = ShuffledBatches(source, cfg.batch_size, cfg.seed, cfg.shuffle_chunks, "skip")
+            trainer.activation_scaler.estimate_scaling_factor(
+                d_in, norm_batches, trainer_cfg.n_batches_for_norm_estimate
+            )
+    if cfg.wandb:
+        import wandb
+
+        wandb.init(project="sae-workbench", config=cfg.to_dict(), resume="allow")
+
+    total = trainer_cfg.total_training_samples
+    start_samples, started = trainer.n_training_samples, time.perf_counter()
+    stats: dict[str, float] = {}
+    bar = tqdm(
+        total=total, initial=start_samples, unit="tok", unit_scale=True, desc="train", disable=not progress
+    )
+    with open(out / "train_log.jsonl", "a") as log_file:
+        while trainer.n_training_samples < total:
+            trainer.maybe_reset_sparsity()
+            step_out = trainer.step(next(batches))
+            if cfg.wandb:
+                trainer._log_train_step(step_out)
+            trainer.n_training_steps += 1
+            step = trainer.n_training_steps
+            if step % cfg.log_every == 0 or trainer.n_training_samples >= total:
+                stats = _step_stats(step_out)
+                stats["dead_fraction"] = float(trainer.dead_neurons.float().mean().item())
+                elapsed = time.perf_counter() - started
+                rate = (trainer.n_training_samples - start_samples) / max(elapsed, 1e-9)
+                record = {"step": step, "tokens": trainer.n_training_samples, **stats, "tokens_per_s": rate}
+                record["lr"] = trainer.optimizer.param_groups[0]["lr"]
+                log_file.write(json.dumps(record) + "\n")
+                log_file.flush()
+                bar.set_postfix(
+                    loss=f"{stats['loss']:.3g}",
+                    L0=f"{stats['l0']:.1f}",
+                    EV=f"{stats['explained_variance']:.3f}",
+                )
+            bar.update(cfg.batch_size)
+            if (
+                cfg.checkpoint_every
+                and step % cfg.checkpoint_every == 0
+                and trainer.n_training_samples < total
+            ):
+                _save_checkpoint(trainer, batches, out)
+    bar.close()
+    seconds = time.perf_counter() - started
+
+    if trainer.activation_scaler.scaling_factor is not None:
+        sae.fold_activation_norm_scaling_factor(trainer.activation_scaler.scaling_factor)
+        trainer.activation_scaler.scaling_factor = None
+    trainer.set_final_sae_metadata()
+    save_sae(sae, out, trainer.log_feature_sparsity)
+    sae_id = compute_sae_id(sae, model_name, hook)
+    if cfg.wandb:
+        import wandb
+
+        wandb.finish()
+    trained = trainer.n_training_samples - start_samples
+    result = TrainResult(
+        folder=out,
+        sae_id=sae_id,
+        n_tokens=trainer.n_training_samples,
+        n_steps=trainer.n_training_steps,
+        seconds=seconds,
+        tokens_per_s=trained / max(seconds, 1e-9),
+        final=stats,
+        skipped_rows=batches.skipped_rows,
+    )
+    summary = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(result).items()}
+    (out / "train_result.json").write_text(json.dumps(summary, indent=1))
+    shutil.rmtree(out / "checkpoints", ignore_errors=True)
+    return result
