@@ -4,7 +4,9 @@ from pathlib import Path
 
 import streamlit as st
 
-PAGES_DIR = Path(__file__).with_name("pages")
+# Not "pages/": a pages folder next to the entry script switches Streamlit to its old file-based navigation,
+# which ignores st.navigation (titles, icons, url paths).
+PAGES_DIR = Path(__file__).with_name("page_scripts")
 
 st.set_page_config(page_title="SAE workbench", page_icon="🔬", layout="wide")
 

@@ -15,7 +15,10 @@ from dataclasses import dataclass
 # Characters Streamlit's markdown (CommonMark + GFM + remark-math) could act on; written as numeric entities so a
 # token like "$x$" or "**" shows literally even if a renderer ever parsed the block as markdown.
 _MARKDOWN_CHARS = "$*_`~[]\\#|{}"
-_ENTITY = {ord(c): f"&#{ord(c)};" for c in _MARKDOWN_CHARS}
+# One pass over the text (escaping in two passes would re-escape the "#" of the first pass's entities).
+_ENTITY = {ord(c): html.escape(c, quote=True) for c in "&<>\"'"} | {
+    ord(c): f"&#{ord(c)};" for c in _MARKDOWN_CHARS
+}
 
 # Orange (activation) on white; alpha carries the strength so text stays readable at every level.
 _ACTIVE_RGB = (255, 128, 0)
@@ -36,7 +39,7 @@ CSS = (
 
 def escape_text(text: str) -> str:
     """Escape corpus text for HTML (tags, quotes) and neutralise markdown/LaTeX control characters."""
-    return html.escape(text, quote=True).translate(_ENTITY)
+    return text.translate(_ENTITY)
 
 
 def _display(token: str) -> str:

@@ -94,9 +94,10 @@ def build_sample_store(folder: Path, *, d_sae: int = 128, k: int = 8, seed: int 
     assert progress is not None
     windows = store.get_windows(progress.corpus, store.indexed_window_ids(sae_id))
     xss_window = next(w for w in windows if "<script>" in w.text)
+    tag_positions = [i for i, t in enumerate(xss_window.token_strings) if "script" in t or "img" in t]
     acts_F = np.zeros(d_sae)
-    for f in range(d_sae):
-        acts_F[f] = store.window_activations(sae_id, f, [xss_window.window_id]).max()
+    for f in range(d_sae):  # the feature firing hardest on the tag tokens themselves
+        acts_F[f] = store.window_activations(sae_id, f, [xss_window.window_id])[0, tag_positions].max()
     xss_feature = -1
     for f in np.argsort(-acts_F):
         if acts_F[f] > 0 and xss_window.window_id in [
@@ -106,7 +107,10 @@ def build_sample_store(folder: Path, *, d_sae: int = 128, k: int = 8, seed: int 
             break
     table = store.feature_table(sae_id)
     active = table.column("feature").to_numpy()
-    explained = int(active[np.argmax(table.column("n_active").to_numpy())])
+    # A feature active in about half the windows: rich examples and real non-activating windows for negatives.
+    n_windows = table.column("n_windows_active").to_numpy()
+    order = np.argsort(np.abs(n_windows - len(windows) / 2), kind="stable")
+    explained = next(int(active[i]) for i in order if int(active[i]) != xss_feature)
     _add_explanations(store, sae_id, explained, xss_feature, windows)
     return SampleStore(
         folder / "store.duckdb", sae_id, sae_dir, d_sae, explained, xss_feature, xss_window.window_id

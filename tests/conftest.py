@@ -32,3 +32,11 @@ def smollm2():
 def workdir(tmp_path: Path) -> Path:
     """A fresh folder for a test's outputs."""
     return tmp_path
+
+
+@pytest.fixture(scope="session")
+def app_sample_store(tmp_path_factory: pytest.TempPathFactory):
+    """A small real store for the app's tests: tiny model + TopK SAE indexed over real text, with explanations."""
+    from app.sample_store import build_sample_store
+
+    return build_sample_store(tmp_path_factory.mktemp("app_sample"))

@@ -44,7 +44,9 @@ else:
     st.dataframe(flips, hide_index=True, width="stretch")
     for f in flips["feature"].unique()[:10]:
         st.page_link(
-            "pages/feature.py", label=f"open feature {f}", query_params={"sae": sae.sae_id, "feature": str(f)}
+            "page_scripts/feature.py",
+            label=f"open feature {f}",
+            query_params={"sae": sae.sae_id, "feature": str(f)},
         )
 
 with st.expander("All scores"):

@@ -69,7 +69,7 @@ for pos in np.flatnonzero(counted):
     )
 st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 st.page_link(
-    "pages/feature.py",
+    "page_scripts/feature.py",
     label=f"Open feature {chosen}",
     query_params={"sae": sae.sae_id, "feature": str(chosen)},
 )
