@@ -22,21 +22,36 @@ from __future__ import annotations
 import logging
 import statistics
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
+from evaluation.probing import (
+    F1_JUMP_THRESHOLD,
+    LETTERS,
+    MAX_K,
+    ProbeActivations,
+    ProbingConfig,
+    collect_probe_activations,
+    k_sparse_probing,
+    sae_feature_acts,
+    train_letter_probes,
+)
 from workbench.errors import WorkbenchError
 
 log = logging.getLogger(__name__)
 
 # SAEBench feature_absorption_calculator.py: activations below this count as "not firing".
 EPS = 1e-8
-LETTERS = "abcdefghijklmnopqrstuvwxyz"
 
 
 class ProbeTooWeakError(WorkbenchError):
     """Too few first-letter probes reach the F1 needed to evaluate absorption."""
+
+
+class SAEMismatchError(WorkbenchError):
+    """The SAE was not trained on the model/hook being probed."""
 
 
 @dataclass(frozen=True)
@@ -251,10 +266,10 @@ def _stdev(values: list[float]) -> float:
 def aggregate_letters(letters: list[LetterAbsorption], min_letters: int = 20) -> AbsorptionMetrics:
     """Means over the included letters; refuse when fewer than `min_letters` qualify (SAEBench: 20)."""
     included = [x for x in letters if x.included]
-    if len(included) < min_letters:
+    if len(included) < max(min_letters, 1):
         f1s = ", ".join(f"{x.first_letter}={x.probe_f1:.2f}" for x in letters)
         raise ProbeTooWeakError(
-            f"only {len(included)} first-letter probes have F1 above the threshold (need {min_letters}); "
+            f"only {len(included)} first-letter probes have F1 above the threshold (need {max(min_letters, 1)}); "
             f"probe F1 per letter: {f1s}. Use more words (≥ 20k; --max-words), another layer (--layer), "
             "or lower --min-letters."
         )
@@ -288,3 +303,100 @@ def absorbing_features(words: list[WordAbsorption], max_tokens: int = 50) -> lis
         for (fid, letter), ws in groups.items()
     ]
     return sorted(out, key=lambda f: (-f.num_tokens, f.letter, f.feature_id))
+
+
+@dataclass(frozen=True)
+class AbsorptionConfig:
+    """Settings of one absorption run (defaults: SAEBench's AbsorptionEvalConfig)."""
+
+    probing: ProbingConfig = field(default_factory=ProbingConfig)
+    """How the first-letter data is built and the residual probes trained."""
+    thresholds: AbsorptionThresholds = field(default_factory=AbsorptionThresholds)
+    """Full-absorption and absorption-fraction thresholds."""
+    min_probe_f1: float = 0.6
+    """A letter counts only if its residual probe's test F1 exceeds this (SAEBench min_GT_probe_f1)."""
+    min_letters: int = 20
+    """Refuse to report when fewer letters qualify (SAEBench min_feats_for_eval)."""
+    max_k: int = MAX_K
+    """Largest k of the k-sparse probes (SAEBench max_k_value)."""
+    f1_jump_threshold: float = F1_JUMP_THRESHOLD
+    """τ: main features grow with k while k-sparse F1 rises by more than this (SAEBench f1_jump_threshold)."""
+    k_sparse_l1_decay: float = 0.01
+    """L1 strength of the probe that ranks SAE features (SAEBench k_sparse_probe_l1_decay)."""
+    k_sparse_epochs: int = 50
+    """Epochs of that probe (SAEBench k_sparse_probe_num_epochs)."""
+
+
+def check_sae_fits_probe(sae: Any, model: Any, hook: str) -> None:
+    """Raise SAEMismatchError when the SAE's width, hook or model name does not fit the probed residual."""
+    d_in = int(sae.W_dec.shape[1])
+    if d_in != model.cfg.d_model:
+        raise SAEMismatchError(
+            f"SAE d_in={d_in} but {hook} of {model.cfg.model_name!r} has d_model={model.cfg.d_model}; "
+            "pass the SAE trained on this model (or --model/--layer that match the SAE)."
+        )
+    meta = getattr(sae.cfg, "metadata", None)
+    sae_hook = getattr(meta, "hook_name", None)
+    if sae_hook and sae_hook != hook:
+        raise SAEMismatchError(
+            f"SAE was trained on {sae_hook} but absorption would probe {hook}; pass --layer to match."
+        )
+    sae_model = getattr(meta, "model_name", None)
+    if sae_model and sae_model != model.cfg.model_name:
+        raise SAEMismatchError(
+            f"SAE was trained on model {sae_model!r} but the probed model is {model.cfg.model_name!r}; "
+            "load the matching model with --model."
+        )
+
+
+def evaluate_absorption(
+    sae: Any, acts: ProbeActivations, cfg: AbsorptionConfig = AbsorptionConfig()
+) -> AbsorptionResult:
+    """Probe, refuse when probes are weak, k-sparse-probe the SAE, and score absorption on probe true positives.
+
+    Absorption is read from the same test prompts the probes are evaluated on (SAEBench re-prompts the same test
+    words with fresh ICL examples; reusing the cached residuals saves a second pass of the model).
+    """
+    probes = train_letter_probes(acts, cfg.probing)
+    qualifying = sum(f1 > cfg.min_probe_f1 for f1 in probes.f1)
+    if qualifying < cfg.min_letters:
+        f1s = ", ".join(f"{c}={f:.2f}" for c, f in zip(LETTERS, probes.f1, strict=True))
+        raise ProbeTooWeakError(
+            f"only {qualifying} first-letter probes have F1 > {cfg.min_probe_f1} (need {cfg.min_letters}); "
+            f"probe F1 per letter: {f1s}. Use more words (≥ 20k; --max-words), another layer (--layer), "
+            "or lower --min-letters."
+        )
+    train_acts = sae_feature_acts(sae, acts.train_resid_ND)
+    test_acts = sae_feature_acts(sae, acts.test_resid_ND)
+    ksparse = k_sparse_probing(
+        train_acts, acts.train_labels, test_acts, acts.test_labels,
+        max_k=cfg.max_k, tau=cfg.f1_jump_threshold, l1_decay=cfg.k_sparse_l1_decay, epochs=cfg.k_sparse_epochs,
+        seed=cfg.probing.seed,
+    )  # fmt: skip
+    W_dec_FD = sae.W_dec.detach().float().cpu()
+    letters, words = [], []
+    for li, letter in enumerate(LETTERS):
+        probe_D = torch.from_numpy(probes.weights_LD[li]).float()
+        probe_D = probe_D / probe_D.norm()
+        tp = np.nonzero((acts.test_labels == li) & (probes.test_scores_NL[:, li] > 0))[0]
+        main_ids = ksparse[li].main_feature_ids
+        letter_words = score_words(
+            torch.from_numpy(test_acts[tp].toarray()),
+            torch.from_numpy(acts.test_resid_ND[tp]).float() @ probe_D,
+            decoder_probe_cos(W_dec_FD, probe_D),
+            main_ids,
+            [acts.test_words[i] for i in tp],
+            letter,
+            cfg.thresholds,
+        )
+        letters.append(letter_summary(letter, probes.f1[li], main_ids, letter_words, cfg.min_probe_f1))
+        words.extend(letter_words)
+    metrics = aggregate_letters(letters, cfg.min_letters)
+    return AbsorptionResult(metrics, letters, words, absorbing_features(words))
+
+
+def run_absorption(model: Any, sae: Any, cfg: AbsorptionConfig = AbsorptionConfig()) -> AbsorptionResult:
+    """The whole eval: check the SAE fits, collect (or load cached) probe activations, evaluate."""
+    check_sae_fits_probe(sae, model, cfg.probing.hook())
+    acts = collect_probe_activations(model, cfg.probing)
+    return evaluate_absorption(sae, acts, cfg)

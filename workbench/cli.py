@@ -74,6 +74,9 @@ def _register_stage_commands() -> None:
     from explainers.explain_cli import explain
 
     app.command("explain")(explain)
+    from evaluation.absorption_cli import absorption
+
+    app.command("absorption")(absorption)
 
 
 def main() -> None:

@@ -1,0 +1,212 @@
+"""SAEBench-style eval JSON (the layout of sae_bench/evals/base_eval_output.py) for absorption and core metrics.
+
+Top-level fields: eval_type_id, eval_config, eval_id, datetime_epoch_millis, eval_result_metrics,
+eval_result_details, sae_bench_commit_hash, sae_lens_id, sae_lens_release_id, sae_lens_version, sae_cfg_dict,
+eval_result_unstructured — plus workbench fields (workbench_sae_id, model_name, hook_name) that SAEBench readers
+ignore.
+
+    doc = absorption_eval_json(result, cfg, sae_id="3f2a…", model_name="smollm2-135m", sae_cfg=sae.cfg.to_dict())
+    write_eval_json(doc, Path("results/absorption.json"))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+import uuid
+from importlib.metadata import PackageNotFoundError, version
+from pathlib import Path
+from typing import Any
+
+from evaluation.absorption import AbsorptionConfig, AbsorptionResult
+from workbench import paths
+
+EVAL_TYPE_ABSORPTION = "absorption_first_letter"  # SAEBench EVAL_TYPE_ID_ABSORPTION
+EVAL_TYPE_CORE = "core"  # SAEBench EVAL_TYPE_ID_CORE
+# "Not SAEBench": this export is produced by the workbench, which has no SAEBench commit.
+NO_SAEBENCH_COMMIT = "not-sae-bench (sae-workbench export)"
+
+# SAEBench's core metric categories (evals/core/eval_output.py) and the flat metric names each holds.
+CORE_CATEGORIES: dict[str, tuple[str, ...]] = {
+    "model_behavior_preservation": ("kl_div_score", "kl_div_with_ablation", "kl_div_with_sae"),
+    "model_performance_preservation": ("ce_loss_score", "ce_loss_with_ablation", "ce_loss_with_sae", "ce_loss_without_sae"),
+    "reconstruction_quality": ("explained_variance", "explained_variance_legacy", "mse", "cossim"),
+    "shrinkage": ("l2_norm_in", "l2_norm_out", "l2_ratio", "relative_reconstruction_bias"),
+    "sparsity": ("l0", "l1"),
+    "token_stats": ("total_tokens_eval_reconstruction", "total_tokens_eval_sparsity_variance"),
+    "misc_metrics": (
+        "freq_over_1_percent",
+        "freq_over_10_percent",
+        "normalized_freq_over_1_percent",
+        "normalized_freq_over_10_percent",
+        "average_max_encoder_cosine_sim",
+        "average_max_decoder_cosine_sim",
+        "frac_alive",
+    ),
+}
+
+
+def _sae_lens_version() -> str | None:
+    """Installed sae-lens version, or None."""
+    try:
+        return version("sae-lens")
+    except PackageNotFoundError:
+        return None
+
+
+def _envelope(
+    eval_type_id: str,
+    eval_config: dict[str, Any],
+    metrics: dict[str, Any],
+    details: list[dict[str, Any]],
+    *,
+    sae_id: str,
+    model_name: str,
+    hook_name: str,
+    sae_cfg: dict[str, Any] | None,
+    unstructured: Any,
+    eval_id: str | None,
+    now_ms: int | None,
+) -> dict[str, Any]:
+    """The fields every SAEBench eval output has."""
+    return {
+        "eval_type_id": eval_type_id,
+        "eval_config": eval_config,
+        "eval_id": eval_id or str(uuid.uuid4()),
+        "datetime_epoch_millis": now_ms if now_ms is not None else int(time.time() * 1000),
+        "eval_result_metrics": metrics,
+        "eval_result_details": details,
+        "sae_bench_commit_hash": NO_SAEBENCH_COMMIT,
+        "sae_lens_id": sae_id,
+        "sae_lens_release_id": None,
+        "sae_lens_version": _sae_lens_version(),
+        "sae_cfg_dict": sae_cfg,
+        "eval_result_unstructured": unstructured,
+        "workbench_sae_id": sae_id,
+        "model_name": model_name,
+        "hook_name": hook_name,
+    }
+
+
+def absorption_eval_config(cfg: AbsorptionConfig, model_name: str) -> dict[str, Any]:
+    """SAEBench's AbsorptionEvalConfig fields, filled from ours (plus the workbench-only settings)."""
+    p = cfg.probing
+    return {
+        "model_name": model_name,
+        "random_seed": p.seed,
+        "f1_jump_threshold": cfg.f1_jump_threshold,
+        "max_k_value": cfg.max_k,
+        "prompt_template": p.template,
+        "prompt_token_pos": None,  # computed per prompt from the tokenizer, not a fixed offset
+        "llm_batch_size": p.batch_size,
+        "llm_dtype": None,
+        "k_sparse_probe_l1_decay": cfg.k_sparse_l1_decay,
+        "k_sparse_probe_batch_size": 4096,
+        "k_sparse_probe_num_epochs": cfg.k_sparse_epochs,
+        "min_GT_probe_f1": cfg.min_probe_f1,
+        "min_feats_for_eval": cfg.min_letters,
+        "workbench": {"probing": dataclasses.asdict(p), "thresholds": dataclasses.asdict(cfg.thresholds)},
+    }
+
+
+def absorption_eval_json(
+    result: AbsorptionResult,
+    cfg: AbsorptionConfig,
+    *,
+    sae_id: str,
+    model_name: str,
+    sae_cfg: dict[str, Any] | None = None,
+    eval_id: str | None = None,
+    now_ms: int | None = None,
+) -> dict[str, Any]:
+    """The absorption result as SAEBench's AbsorptionEvalOutput (details: included letters only, as SAEBench)."""
+    details = [
+        {
+            "first_letter": x.first_letter,
+            "mean_absorption_fraction": x.mean_absorption_fraction,
+            "full_absorption_rate": x.full_absorption_rate,
+            "num_full_absorption": x.num_full_absorption,
+            "num_probe_true_positives": x.num_probe_true_positives,
+            "num_split_features": x.num_split_features,
+        }
+        for x in result.letters
+        if x.included
+    ]
+    unstructured = {
+        "letters": [dataclasses.asdict(x) for x in result.letters],
+        "absorbing_features": [dataclasses.asdict(f) for f in result.absorbing_features],
+    }
+    return _envelope(
+        EVAL_TYPE_ABSORPTION,
+        absorption_eval_config(cfg, model_name),
+        {"mean": dataclasses.asdict(result.metrics)},
+        details,
+        sae_id=sae_id,
+        model_name=model_name,
+        hook_name=cfg.probing.hook(),
+        sae_cfg=sae_cfg,
+        unstructured=unstructured,
+        eval_id=eval_id,
+        now_ms=now_ms,
+    )
+
+
+def group_core_metrics(metrics: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Nest a flat core-metrics dict into SAEBench's categories; unknown names go to "workbench_other".
+
+    A dict that is already nested (every value a dict) is returned unchanged.
+    """
+    if metrics and all(isinstance(v, dict) for v in metrics.values()):
+        return metrics
+    where = {name: cat for cat, names in CORE_CATEGORIES.items() for name in names}
+    out: dict[str, dict[str, Any]] = {}
+    for name, value in metrics.items():
+        out.setdefault(where.get(name, "workbench_other"), {})[name] = value
+    return out
+
+
+def core_eval_json(
+    metrics: dict[str, Any],
+    *,
+    sae_id: str,
+    model_name: str,
+    hook_name: str,
+    eval_config: dict[str, Any] | None = None,
+    feature_details: list[dict[str, Any]] | None = None,
+    sae_cfg: dict[str, Any] | None = None,
+    eval_id: str | None = None,
+    now_ms: int | None = None,
+) -> dict[str, Any]:
+    """Core SAE metrics (computed by sae/metrics.py) as SAEBench's CoreEvalOutput."""
+    return _envelope(
+        EVAL_TYPE_CORE,
+        {"model_name": model_name, **(eval_config or {})},
+        group_core_metrics(metrics),
+        feature_details or [],
+        sae_id=sae_id,
+        model_name=model_name,
+        hook_name=hook_name,
+        sae_cfg=sae_cfg,
+        unstructured=None,
+        eval_id=eval_id,
+        now_ms=now_ms,
+    )
+
+
+def write_eval_json(doc: dict[str, Any], path: Path) -> Path:
+    """Write an eval JSON atomically (non-finite floats become null so any JSON reader accepts it)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    paths.atomic_write_bytes(path, json.dumps(_finite(doc), indent=2).encode())
+    return path
+
+
+def _finite(value: Any) -> Any:
+    """Replace NaN/inf floats with None, recursively."""
+    if isinstance(value, float):
+        return value if value == value and abs(value) != float("inf") else None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_finite(v) for v in value]
+    return value
