@@ -54,6 +54,13 @@ def build_planted_store(folder: Path, tokenizer) -> Store:
     rows: dict[str, list] = {"feature": [], "window_id": [], "position": [], "value": []}
     batches = list(iter_windows(corpus, tokenizer, CONTEXT, batch_size=4096))
     n = 0
+
+    def add(feature: int, wid: int, pos: int, value: float) -> None:
+        for name, v in zip(
+            ("feature", "window_id", "position", "value"), (feature, wid, pos, value), strict=True
+        ):
+            rows[name].append(v)
+
     for b in batches:
         strings = [tokenizer.batch_decode([[int(t)] for t in row]) for row in b.tokens_BT]
         for wid, toks, mask, src in zip(b.window_ids, strings, b.mask_BT, b.sources, strict=True):
@@ -62,17 +69,13 @@ def build_planted_store(folder: Path, tokenizer) -> Store:
                     continue
                 key = toks[pos].strip().lower()
                 if key in PLANTED_TOKENS:
-                    rows["feature"].append(0), rows["window_id"].append(int(wid))
-                    rows["position"].append(pos), rows["value"].append(PLANTED_TOKENS[key])
+                    add(0, int(wid), pos, PLANTED_TOKENS[key])
                 if key == "lord":
-                    rows["feature"].append(3), rows["window_id"].append(int(wid))
-                    rows["position"].append(pos), rows["value"].append(4.0)
+                    add(3, int(wid), pos, 4.0)
                 if key in WIDE_TOKENS:
-                    rows["feature"].append(4), rows["window_id"].append(int(wid))
-                    rows["position"].append(pos), rows["value"].append(3.0)
+                    add(4, int(wid), pos, 3.0)
                 if src.startswith(("kjv", "stdlib")):
-                    rows["feature"].append(1), rows["window_id"].append(int(wid))
-                    rows["position"].append(pos), rows["value"].append(1.0 + 0.5 * ((pos * 7 + int(wid)) % 3))
+                    add(1, int(wid), pos, 1.0 + 0.5 * ((pos * 7 + int(wid)) % 3))
         windows = {
             "window_ids": b.window_ids, "tokens_BT": b.tokens_BT, "mask_BT": b.mask_BT, "texts": b.texts,
             "token_strings": strings, "sources": b.sources, "offsets": b.offsets,
