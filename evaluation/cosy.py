@@ -10,7 +10,7 @@ features we report mean AUC with a 95% t CI and MAD as mean ± std.
 Generators: `LLMGenerator` (re-asks until exactly 10 lines) or, offline, `CorpusRuleGenerator` — it composes texts
 from corpus windows matching the description's rules (named "corpus-rule-composer", never presented as an LLM).
 The activation function is injected: `activation_fn(texts) -> (N,) mean activation per text`;
-`model_activation_fn` builds one from a TransformerLens model, a hook and an SAE encoder.
+`ModelFeatureMeans(...).for_feature(f)` builds one from a TransformerLens model, a hook and an SAE encoder.
 """
 
 from __future__ import annotations
@@ -180,50 +180,69 @@ async def score_description(
     return cosy_score(activation_fn(texts), control_activations), texts
 
 
-def model_activation_fn(
-    model: torch.nn.Module,
-    hook: str,
-    encode: Callable[[torch.Tensor], torch.Tensor],
-    feature: int,
-    bos_id: int,
-    max_tokens: int = 128,
-    batch_size: int = 16,
-) -> ActivationFn:
-    """Mean activation of `feature` over each text's tokens (BOS and padding excluded, unlike PRISM's reference).
+class ModelFeatureMeans:
+    """Per-text mean activation of every feature (BOS and padding excluded, unlike PRISM's reference code),
+    memoised per text so the control set is encoded once for all features.
 
     `model` is a HookedTransformer, `encode` maps (N, d_in) hook activations to (N, d_sae) features (an SAE's
     `encode`). Texts are tokenized without special tokens, truncated to `max_tokens`, prefixed with `bos_id`.
     """
-    from transformer_lens import HookedTransformer
 
-    from workbench.models import stop_layer
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        hook: str,
+        encode: Callable[[torch.Tensor], torch.Tensor],
+        bos_id: int,
+        max_tokens: int = 128,
+        batch_size: int = 16,
+    ) -> None:
+        """Bind the model, hook and encoder."""
+        self.model = model
+        self.hook = hook
+        self.encode = encode
+        self.bos_id = bos_id
+        self.max_tokens = max_tokens
+        self.batch_size = batch_size
+        self._memo: dict[str, np.ndarray] = {}
 
-    assert isinstance(model, HookedTransformer)
-    tokenizer = model.tokenizer
-    assert tokenizer is not None
-    stop = stop_layer([hook]) if hook.startswith("blocks.") else 1
+    def _compute(self, texts: Sequence[str]) -> None:
+        """Encode texts not seen yet."""
+        from workbench.models import stop_layer
 
-    def fn(texts: Sequence[str]) -> np.ndarray:
-        out = np.zeros(len(texts), dtype=np.float64)
-        for b in range(0, len(texts), batch_size):
-            chunk = texts[b : b + batch_size]
-            ids = [[bos_id, *tokenizer.encode(t, add_special_tokens=False)[:max_tokens]] for t in chunk]
+        tokenizer = getattr(self.model, "tokenizer", None)
+        assert tokenizer is not None, "the model needs a tokenizer"
+        todo = [t for t in dict.fromkeys(texts) if t not in self._memo]
+        stop = stop_layer([self.hook]) if self.hook.startswith("blocks.") else 1
+        for b in range(0, len(todo), self.batch_size):
+            chunk = todo[b : b + self.batch_size]
+            ids = [
+                [self.bos_id, *tokenizer.encode(t, add_special_tokens=False)[: self.max_tokens]]
+                for t in chunk
+            ]
             width = max(len(x) for x in ids)
-            tokens_BT = torch.full((len(ids), width), bos_id, dtype=torch.long)
+            tokens_BT = torch.full((len(ids), width), self.bos_id, dtype=torch.long)
             mask_BT = torch.zeros((len(ids), width), dtype=torch.bool)
             for i, x in enumerate(ids):
                 tokens_BT[i, : len(x)] = torch.tensor(x)
                 mask_BT[i, 1 : len(x)] = True  # exclude BOS (position 0) and right padding
             with torch.no_grad():
-                _, cache = model.run_with_cache(tokens_BT, names_filter=hook, stop_at_layer=stop)
-                acts_BTD = cache[hook]
-                feats_BT = encode(acts_BTD.reshape(-1, acts_BTD.shape[-1]))[:, feature].reshape(mask_BT.shape)
-            feats_BT = feats_BT.float() * mask_BT
-            counts = mask_BT.sum(dim=1).clamp(min=1)
-            out[b : b + len(chunk)] = (feats_BT.sum(dim=1) / counts).cpu().numpy()
-        return out
+                _, cache = self.model.run_with_cache(tokens_BT, names_filter=self.hook, stop_at_layer=stop)  # type: ignore[operator]
+                acts_BTD = cache[self.hook]
+                feats_BTF = self.encode(acts_BTD.reshape(-1, acts_BTD.shape[-1])).reshape(*mask_BT.shape, -1)
+            feats_BTF = feats_BTF.float() * mask_BT[..., None]
+            means_BF = feats_BTF.sum(dim=1) / mask_BT.sum(dim=1, keepdim=True).clamp(min=1)
+            for t, row in zip(chunk, means_BF.cpu().numpy(), strict=True):
+                self._memo[t] = row
 
-    return fn
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        """(N, d_sae) mean activations."""
+        self._compute(texts)
+        return np.stack([self._memo[t] for t in texts]) if texts else np.zeros((0, 0))
+
+    def for_feature(self, feature: int) -> ActivationFn:
+        """The (N,) activation function of one feature."""
+        return lambda texts: self(texts)[:, feature] if len(texts) else np.zeros(0)
 
 
 @dataclass(frozen=True)

@@ -74,6 +74,10 @@ def _register_stage_commands() -> None:
     from explainers.explain_cli import explain
 
     app.command("explain")(explain)
+    from evaluation.score_cli import report, score
+
+    app.command("score")(score)
+    app.command("report")(report)
     from evaluation.absorption_cli import absorption
 
     app.command("absorption")(absorption)
