@@ -24,7 +24,7 @@ from tqdm.auto import tqdm
 
 from workbench.embeddings import DEFAULT_EMBEDDING_MODEL, embed_texts
 from workbench.errors import WorkbenchError
-from workbench.store import Sample, Store
+from workbench.store import Sample, Store, WindowEmbeddings
 
 log = logging.getLogger(__name__)
 
@@ -88,6 +88,23 @@ def ensure_window_embeddings(
     return len(missing)
 
 
+# Embeddings are append-only per (store, corpus, model): a cached copy is valid while the row count is unchanged.
+_EMBEDDING_CACHE: dict[tuple[str, str, str], tuple[int, WindowEmbeddings]] = {}
+
+
+def cached_window_embeddings(store: Store, corpus: str, model: str) -> WindowEmbeddings:
+    """store.window_embeddings, cached per process (one fetch serves every feature's close negatives)."""
+    key = (str(store.path.resolve()), corpus, model)
+    count = store.embedding_count(corpus, model)
+    hit = _EMBEDDING_CACHE.get(key)
+    if hit is not None and hit[0] == count:
+        return hit[1]
+    embeddings = store.window_embeddings(corpus, model)
+    _EMBEDDING_CACHE.clear()  # keep one corpus in memory (100k × 384 float32 ≈ 150 MB)
+    _EMBEDDING_CACHE[key] = (len(embeddings.window_ids), embeddings)
+    return embeddings
+
+
 def reference_similarity(embeddings_ND: np.ndarray, reference_rows: np.ndarray) -> np.ndarray:
     """(N,) cosine of each (unit-norm) embedding to the mean of the reference rows' unit-norm embeddings."""
     mean_D = embeddings_ND[reference_rows].mean(axis=0)
@@ -101,12 +118,19 @@ def close_negatives(
 ) -> list[int]:  # fmt: skip
     """Exact top-k most similar windows to the feature's top activating windows (non-activating unless
     `require_negative` is False), ordered by decreasing similarity, ties by window id."""
-    cfg = config or NegativeConfig()
+    with store.session():  # one connection for the five reads below
+        return _close_negatives(store, sae_id, feature, k, config or NegativeConfig(), require_negative)
+
+
+def _close_negatives(
+    store: Store, sae_id: str, feature: int, k: int, cfg: NegativeConfig, require_negative: bool
+) -> list[int]:
+    """close_negatives inside an open session."""
     progress = store.index_progress(sae_id)
     if progress is None:
         raise MissingEmbeddingsError(f"SAE {sae_id} is not indexed; run `workbench index` first.")
     indexed = store.indexed_window_ids(sae_id)
-    emb = store.window_embeddings(progress.corpus, cfg.embedding_model)
+    emb = cached_window_embeddings(store, progress.corpus, cfg.embedding_model)
     rows = np.searchsorted(emb.window_ids, indexed)
     rows = np.minimum(rows, max(len(emb.window_ids) - 1, 0))
     if len(emb.window_ids) == 0 or not np.array_equal(emb.window_ids[rows], indexed):

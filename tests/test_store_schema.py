@@ -33,7 +33,7 @@ EXPECTED_SCHEMA = {
         "sae_id", "feature", "logit_top_tokens", "logit_top_values", "logit_bottom_tokens", "logit_bottom_values",
         "decoder_neighbours", "decoder_cosines", "cooc_neighbours", "cooc_jaccard",
     ],
-    "window_embeddings": ["corpus", "model", "window_id", "embedding"],
+    "window_vectors": ["corpus", "model", "window_id", "dim", "vector"],
     "explanations": [
         "id", "sae_id", "feature", "explainer", "explainer_version", "prompt_version", "llm_model", "llm_params",
         "sampling", "example_ids", "negative_ids", "text", "rules", "extra", "tokens_in", "tokens_out", "seconds",
@@ -50,7 +50,7 @@ EXPECTED_SCHEMA = {
 
 def test_blank_database_migrates_to_full_schema(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "s.duckdb")
-    assert store.schema_version() == LATEST_VERSION == 1
+    assert store.schema_version() == LATEST_VERSION == 2
     assert sorted(store.table_names()) == sorted(EXPECTED_SCHEMA)
     for table, columns in EXPECTED_SCHEMA.items():
         assert [c for c, _ in store.table_columns(table)] == columns, table
@@ -60,7 +60,10 @@ def test_blank_database_migrates_to_full_schema(tmp_path: Path) -> None:
     # Re-opening applies nothing twice.
     Store.open(tmp_path / "s.duckdb")
     con = duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True)
-    assert con.execute("SELECT version, name FROM schema_migrations").fetchall() == [(1, "initial schema")]
+    assert con.execute("SELECT version, name FROM schema_migrations").fetchall() == [
+        (1, "initial schema"),
+        (2, "window embeddings as raw float32 blobs"),
+    ]
     con.close()
 
 

@@ -15,7 +15,7 @@ Schema: append-only numbered migrations (`migrations.py`) recorded in `schema_mi
 version raises `SchemaVersionError`, an unreadable file `StoreCorruptError`.
 
 Tables: saes, windows, index_runs, activations_staging, activations (sparse: sae_id, feature, window_id, position,
-value; sorted by feature after indexing), feature_stats, feature_neighbours, window_embeddings, explanations, scores,
+value; sorted by feature after indexing), feature_stats, feature_neighbours, window_vectors (float32 blobs), explanations, scores,
 evals, llm_cache, samples, schema_migrations.
 
 Public API of `Store` (records are frozen dataclasses from `workbench.store.records`):
@@ -51,6 +51,7 @@ Public API of `Store` (records are frozen dataclasses from `workbench.store.reco
   Embeddings
   add_window_embeddings(corpus, model, window_ids, embeddings_ND) -> None
   window_embeddings(corpus, model) -> WindowEmbeddings;  windows_missing_embeddings(corpus, model) -> ndarray
+  embedding_count(corpus, model) -> int
 
   Feature statistics (filled by workbench.indexing.compute_feature_stats)
   compute_activation_stats(sae_id, quantile_levels=…, n_bins=32) -> int;  put_feature_neighbours(sae_id, table) -> None

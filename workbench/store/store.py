@@ -576,22 +576,27 @@ class Store:
     def add_window_embeddings(
         self, corpus: str, model: str, window_ids: np.ndarray, embeddings_ND: np.ndarray
     ) -> None:
-        """Store sentence embeddings of windows (existing rows kept)."""
+        """Store sentence embeddings of windows as float32 blobs (existing rows kept)."""
         ids = np.asarray(window_ids, dtype=np.int64)
         if len(ids) == 0:
             return
+        vectors = np.ascontiguousarray(embeddings_ND, dtype=np.float32)
+        n, dim = vectors.shape
+        offsets = pa.py_buffer(np.arange(0, (n + 1) * dim * 4, dim * 4, dtype=np.int32).tobytes())
+        blobs = pa.BinaryArray.from_buffers(pa.binary(), n, [None, offsets, pa.py_buffer(vectors.tobytes())])
         table = pa.table(
             {
-                "corpus": pa.array([corpus] * len(ids), pa.string()),
-                "model": pa.array([model] * len(ids), pa.string()),
+                "corpus": pa.array([corpus] * n, pa.string()),
+                "model": pa.array([model] * n, pa.string()),
                 "window_id": pa.array(ids),
-                "embedding": _list_column(np.asarray(embeddings_ND, dtype=np.float32), pa.float32()),
+                "dim": pa.array(np.full(n, dim, np.int32)),
+                "vector": blobs,
             }
         )
         with self._write() as conn:
             conn.register("_new_emb", table)
             try:
-                conn.execute("INSERT OR IGNORE INTO window_embeddings SELECT * FROM _new_emb").fetchall()
+                conn.execute("INSERT OR IGNORE INTO window_vectors SELECT * FROM _new_emb").fetchall()
             finally:
                 conn.unregister("_new_emb")
 
@@ -600,21 +605,38 @@ class Store:
         with self.session() as conn:
             table = _arrow(
                 conn,
-                "SELECT window_id, embedding FROM window_embeddings WHERE corpus = ? AND model = ? ORDER BY window_id",
+                "SELECT window_id, dim, vector FROM window_vectors WHERE corpus = ? AND model = ?",
                 [corpus, model],
             )
         ids = table.column("window_id").to_numpy().astype(np.int64)
-        emb = table.column("embedding").combine_chunks()
-        values = emb.flatten().to_numpy(zero_copy_only=False).astype(np.float32, copy=False)
-        dim = len(values) // max(len(ids), 1)
-        return WindowEmbeddings(ids, values.reshape(len(ids), dim))
+        order = np.argsort(
+            ids, kind="stable"
+        )  # rows arrive in insertion order; sorting here beats SQL ORDER BY
+        if len(ids) == 0:
+            return WindowEmbeddings(ids, np.zeros((0, 0), np.float32))
+        dim = int(table.column("dim")[0].as_py())
+        parts = [_blob_values(chunk) for chunk in table.column("vector").chunks if len(chunk)]
+        vectors_ND = np.concatenate(parts).view(np.float32).reshape(len(ids), dim)
+        if np.all(order[1:] > order[:-1]):
+            return WindowEmbeddings(ids, vectors_ND)
+        return WindowEmbeddings(ids[order], vectors_ND[order])
+
+    def embedding_count(self, corpus: str, model: str) -> int:
+        """Number of stored embeddings of `corpus` by `model` (cheap; lets callers validate a cached copy)."""
+        with self.session() as conn:
+            row = _first(
+                conn.execute(
+                    "SELECT count(*) FROM window_vectors WHERE corpus = ? AND model = ?", [corpus, model]
+                )
+            )
+        return int(row[0]) if row else 0
 
     def windows_missing_embeddings(self, corpus: str, model: str) -> np.ndarray:
         """Ids of stored windows of `corpus` without an embedding by `model` (ascending)."""
         with self.session() as conn:
             table = _arrow(
                 conn,
-                "SELECT w.window_id FROM windows w ANTI JOIN window_embeddings e "
+                "SELECT w.window_id FROM windows w ANTI JOIN window_vectors e "
                 "ON e.corpus = w.corpus AND e.window_id = w.window_id AND e.model = ? "
                 "WHERE w.corpus = ? ORDER BY w.window_id",
                 [model, corpus],
@@ -984,6 +1006,14 @@ class Store:
 def _arrow(conn: duckdb.DuckDBPyConnection, sql: str, params: list[Any] | None = None) -> pa.Table:
     """Run a query and return its rows as an Arrow table (the relational API avoids an extra copy)."""
     return conn.sql(sql, params=params).to_arrow_table()
+
+
+def _blob_values(chunk: pa.Array) -> np.ndarray:
+    """The bytes of a (large_)binary Arrow chunk's values, concatenated, as uint8 (no per-row copies)."""
+    offsets_type = np.int64 if pa.types.is_large_binary(chunk.type) else np.int32
+    buffers = chunk.buffers()
+    offsets = np.frombuffer(buffers[1], dtype=offsets_type)[chunk.offset : chunk.offset + len(chunk) + 1]
+    return np.frombuffer(buffers[2], dtype=np.uint8)[offsets[0] : offsets[-1]]
 
 
 def _first(result: duckdb.DuckDBPyConnection) -> Any:
