@@ -26,7 +26,8 @@ def _slug(text: str) -> str:
 def default_cache_dir(model: str, hooks: list[str], corpus: str, context_size: int) -> Path:
     """Folder a cache goes to when --out is not given: one per (model, hooks, corpus, window size)."""
     hook_part = "+".join(_slug(h) for h in hooks)
-    return DEFAULT_CACHE_ROOT / f"{_slug(model)}__{hook_part}__{_slug(Path(corpus).name)}__ctx{context_size}"
+    model_part = _slug(Path(model).name or model)
+    return DEFAULT_CACHE_ROOT / f"{model_part}__{hook_part}__{_slug(Path(corpus).name)}__ctx{context_size}"
 
 
 def cache(
