@@ -65,6 +65,9 @@ def _register_stage_commands() -> None:
     from workbench.activations_cli import cache
 
     app.command("cache")(cache)
+    from sae.cli import train
+
+    app.command("train")(train)
     from workbench.demo import demo
 
     app.command("demo")(demo)
