@@ -217,8 +217,12 @@ class ExplainJob:
         env: Mapping[str, str] | None = None,
         embed: Any = None,
         lease_s: float = 1.0,
+        use_cache: bool = True,
     ) -> None:
-        """Set up; `llm=None` runs the offline (lexical) variant, which `oneshot` does not have."""
+        """Set up; `llm=None` runs the offline (lexical) variant, which `oneshot` does not have.
+
+        `use_cache=False` skips the store's LLM response cache (benchmarks; forcing fresh samples).
+        """
         if llm is None and config.explainer in LLM_ONLY:
             from explainers.llm_config import LLMNotConfiguredError
 
@@ -232,6 +236,7 @@ class ExplainJob:
         self.env = env
         self.embed = embed
         self.lease = _Lease(store, lease_s)
+        self.use_cache = use_cache
         self.ledger = UsageLedger()
         progress_row = store.index_progress(sae_id)
         if progress_row is None:
@@ -268,7 +273,8 @@ class ExplainJob:
             from explainers.llm import LLMClient
             from explainers.llm_cache import StoreCache
 
-            client = LLMClient(self.llm, cache=StoreCache(self.store), ledger=self.ledger, env=self.env)
+            cache = StoreCache(self.store) if self.use_cache else None
+            client = LLMClient(self.llm, cache=cache, ledger=self.ledger, env=self.env)
         ids: dict[int, int] = {}
         dead = 0
         sem = asyncio.Semaphore(self.concurrency)
