@@ -1,0 +1,114 @@
+"""Throughput of `workbench cache` vs the bare forward pass to the same layer, on the same batches, in one run.
+
+    .venv/bin/python -m bench.cache_throughput                 # SmolLM2-135M, blocks.3.hook_resid_post, 3 rounds
+    .venv/bin/python -m bench.cache_throughput --tokens-per-round 16384 --rounds 2 --dtype float16 --dtype float32
+
+Each round runs the bare forward (`model(tokens, stop_at_layer=4)` on pre-tokenized windows) and then a full
+`cache_activations` call (tokenizing, forward, fp16/fp32 conversion, masks, shard writing, checksums, manifest) over
+the same first N tokens of the default corpus into a fresh folder; the order alternates between rounds so drift on
+this shared machine hits both sides. The cache side is timed as the wall time of the whole call. Target (issue 2):
+caching ≥ 90% of the bare forward throughput.
+"""
+
+from __future__ import annotations
+
+import argparse
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+from workbench.activations import cache_activations
+from workbench.corpus import default_bos_id, iter_windows, resolve_corpus
+from workbench.models import DEFAULT_HOOK, DEFAULT_MODEL, load_model, stop_layer
+
+
+def main() -> None:
+    """Measure and print the table."""
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--model", default=DEFAULT_MODEL)
+    parser.add_argument("--hook", default=DEFAULT_HOOK)
+    parser.add_argument("--tokens-per-round", type=int, default=32_768)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--context-size", type=int, default=128)
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--shard-tokens", type=int, default=8_192)
+    parser.add_argument("--dtype", action="append", choices=["float16", "float32"])
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    args = parser.parse_args()
+    dtypes: list[str] = args.dtype or ["float16"]
+
+    model = load_model(args.model, device=args.device)
+    assert model.tokenizer is not None
+    corpus = resolve_corpus("default")
+    stop = stop_layer([args.hook])
+    batches = [
+        torch.from_numpy(b.tokens_BT).long().to(args.device)
+        for b in iter_windows(
+            corpus,
+            model.tokenizer,
+            args.context_size,
+            bos_id=default_bos_id(model.tokenizer),
+            n_tokens=args.tokens_per_round,
+            batch_size=args.batch_size,
+            decode=False,
+        )
+    ]
+    n_tokens = sum(b.numel() for b in batches)
+
+    def sync() -> None:
+        if args.device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    def bare() -> float:
+        started = time.perf_counter()
+        with torch.inference_mode():
+            for tokens_BT in batches:
+                model(tokens_BT, stop_at_layer=stop)
+        sync()
+        return time.perf_counter() - started
+
+    def cached(dtype: str, root: Path, r: int) -> float:
+        started = time.perf_counter()
+        stats = cache_activations(
+            model,
+            [args.hook],
+            corpus,
+            root / f"{dtype}-{r}",
+            n_tokens=n_tokens,
+            context_size=args.context_size,
+            batch_size=args.batch_size,
+            dtype=dtype,
+            shard_tokens=args.shard_tokens,
+            progress=False,
+        )
+        seconds = time.perf_counter() - started
+        assert stats.new_tokens == n_tokens, (stats.new_tokens, n_tokens)
+        return seconds
+
+    bare()  # warm-up (allocator, kernels)
+    times: dict[str, float] = {"bare forward": 0.0, **{f"cache {d}": 0.0 for d in dtypes}}
+    with tempfile.TemporaryDirectory(prefix="cache-bench-") as tmp:
+        for r in range(args.rounds):
+            steps = ["bare forward", *[f"cache {d}" for d in dtypes]]
+            for step in steps if r % 2 == 0 else reversed(steps):
+                times[step] += bare() if step == "bare forward" else cached(step.split()[1], Path(tmp), r)
+
+    total = n_tokens * args.rounds
+    base = total / times["bare forward"]
+    print(
+        f"model {args.model}, hook {args.hook} (stop_at_layer={stop}), device {args.device}, "
+        f"{torch.get_num_threads()} threads, {args.rounds} rounds × {n_tokens:,} tokens, batch {args.batch_size}×"
+        f"{args.context_size}, shards of {args.shard_tokens:,} tokens"
+    )
+    print(f"{'mode':<16} {'tokens':>9} {'seconds':>8} {'tok/s':>9} {'vs bare':>8}")
+    for step, seconds in times.items():
+        rate = total / seconds
+        print(f"{step:<16} {total:>9,} {seconds:>8.2f} {rate:>9,.0f} {rate / base:>8.1%}")
+
+
+if __name__ == "__main__":
+    main()
