@@ -116,7 +116,13 @@ def _open(path: str) -> Store:
         raise StoreNotFoundError(
             f"No store at {path}. Fill it with `{FILL_COMMANDS['index']}` (after `workbench train`), then reload."
         )
-    return Store.open(path, read_only=True, busy_timeout_s=BUSY_TIMEOUT_S)
+    return _store_handle(path, BUSY_TIMEOUT_S)
+
+
+@st.cache_resource(show_spinner=False)
+def _store_handle(path: str, busy_timeout_s: float) -> Store:
+    """The read-only Store object (schema checked once; it holds no connection between calls)."""
+    return Store.open(path, read_only=True, busy_timeout_s=busy_timeout_s)
 
 
 # ---------------------------------------------------------------------------------------------- overview
@@ -437,9 +443,9 @@ def verdict_flips(table: pd.DataFrame, threshold: float) -> pd.DataFrame:
     close = table["negative_source"].str.startswith("SIMILAR")
     rand = table["negative_source"].str.startswith("RANDOM")
     key = ["explanation_id", "feature", "explainer", "scorer", "metric"]
-    a = table[rand].groupby(key)["value"].mean().rename("random_negatives")
-    b = table[close].groupby(key)["value"].mean().rename("close_negatives")
-    both = pd.concat([a, b], axis=1, join="inner").reset_index()
+    a = table[rand].groupby(key).agg(random_negatives=("value", "mean"))
+    b = table[close].groupby(key).agg(close_negatives=("value", "mean"))
+    both = a.join(b, how="inner").reset_index()
     if both.empty:
         return both
     flipped = (both["random_negatives"] >= threshold) != (both["close_negatives"] >= threshold)

@@ -12,6 +12,8 @@ import html
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 
+import numpy as np
+
 # Characters Streamlit's markdown (CommonMark + GFM + remark-math) could act on; written as numeric entities so a
 # token like "$x$" or "**" shows literally even if a renderer ever parsed the block as markdown.
 _MARKDOWN_CHARS = "$*_`~[]\\#|{}"
@@ -80,7 +82,7 @@ def token_span(
 
 def render_tokens(
     token_strings: Sequence[str],
-    values: Sequence[float],
+    values: Sequence[float] | np.ndarray,
     *,
     max_value: float,
     skip: Iterable[int] = (),

@@ -134,7 +134,8 @@ def test_search_by_explanation_token_and_id(sample: SampleStore, monkeypatch) ->
     assert links[0] == f"feature {sample.explained_feature}"
     at.text_input(key="token_query").set_value("God").run()
     hits = [d.value for d in at.dataframe if "fires on" in d.value.columns]
-    assert hits and len(hits[0]) > 0 and (hits[0]["n"] > 0).all()
+    assert len(hits) == 1 and len(hits[0]) > 0
+    assert bool((hits[0]["n"] > 0).all())
     assert any("occurrences of 'God'" in c.value for c in at.caption)
     at.number_input(key="feature_id_query").set_value(7).run()
     assert "Open feature 7" in [p.proto.label for p in at.get("page_link")]
