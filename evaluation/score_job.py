@@ -436,8 +436,11 @@ async def run_scoring_async(
             "prompt_version": backends.prompt_version,
         }
         try:
-            tests = cache.get(expl.feature) or builder.build(expl.feature)
-            cache[expl.feature] = tests
+            if expl.feature not in cache:
+                # One connection for the feature's reads (short: no LLM call inside), not one per query.
+                with store.session():
+                    cache[expl.feature] = builder.build(expl.feature)
+            tests = cache[expl.feature]
             provenance.update(tests.provenance)
             if not tests.positives:
                 metrics: dict[str, Any] = {"status": "no_activations"}

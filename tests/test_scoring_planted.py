@@ -10,6 +10,7 @@ RANDOM negatives. Feature 1 never fires (its score is recorded as no_activations
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -55,8 +56,11 @@ BROAD = ExplanationRecord(
 )
 
 
-def build_planted_store(path: Path, n_windows: int = N_WINDOWS) -> Store:
-    """A store with default-corpus windows (SmolLM2 tokenizer), planted activations and three explanations."""
+def build_planted_store(path: Path, n_windows: int = N_WINDOWS, extra_tokens: tuple[str, ...] = ()) -> Store:
+    """A store with default-corpus windows (SmolLM2 tokenizer), planted activations and four explanations.
+
+    Feature 2 + i fires on the token `extra_tokens[i]` anywhere and gets a correct explanation (for benchmarks).
+    """
     from workbench.corpus import iter_windows, resolve_corpus
     from workbench.indexing import vocab_strings
     from workbench.models import tiny_tokenizer
@@ -65,18 +69,25 @@ def build_planted_store(path: Path, n_windows: int = N_WINDOWS) -> Store:
     strings_V = vocab_strings(tokenizer)
     corpus = resolve_corpus("default")
     store = Store.open(path)
-    store.register_sae(SAE_ID, "tiny", "blocks.0.hook_resid_post", 64, 2, {"planted": True})
+    store.register_sae(
+        SAE_ID, "tiny", "blocks.0.hook_resid_post", 64, 2 + len(extra_tokens), {"planted": True}
+    )
     store.start_index(SAE_ID, corpus.name, CONTEXT, None, {"planted": "def in Python code"})
     for batch in iter_windows(corpus, tokenizer, CONTEXT, n_tokens=CONTEXT * n_windows, batch_size=1000):
         token_strings = strings_V[batch.tokens_BT]
         is_code = np.array([s.startswith(("stdlib:", "pydoc:")) for s in batch.sources])
         hit_BT = (token_strings == " def") & is_code[:, None] & batch.mask_BT
         rows, cols = np.nonzero(hit_BT)
+        feats = np.full(len(rows), DEF_FEATURE, dtype=np.int32)
+        for i, tok in enumerate(extra_tokens):
+            r, c = np.nonzero((token_strings == tok) & batch.mask_BT)
+            rows, cols = np.r_[rows, r], np.r_[cols, c]
+            feats = np.r_[feats, np.full(len(r), 2 + i, dtype=np.int32)]
         # Deterministic spread of values so positives have a ranking (1.0 … 1.9).
         values = 1.0 + ((batch.window_ids[rows] * 7 + cols) % 10) / 10
         acts = pa.table(
             {
-                "feature": np.full(len(rows), DEF_FEATURE, dtype=np.int32),
+                "feature": feats,
                 "window_id": batch.window_ids[rows].astype(np.int64),
                 "position": cols.astype(np.int16),
                 "value": values.astype(np.float32),
@@ -107,6 +118,19 @@ def build_planted_store(path: Path, n_windows: int = N_WINDOWS) -> Store:
             **{**CORRECT.__dict__, "feature": DEAD_FEATURE, "explainer": "planted-dead", "config_key": "d"}
         )
     )
+    for i, tok in enumerate(extra_tokens):
+        rules = [{"activates_on": json.dumps(tok.strip()), "strength": 5}]
+        store.add_explanation(
+            ExplanationRecord(
+                **{
+                    **CORRECT.__dict__,
+                    "feature": 2 + i,
+                    "text": f"the token {tok!r}",
+                    "rules": rules,
+                    "config_key": f"x{i}",
+                }
+            )
+        )
     return store
 
 
