@@ -1,7 +1,7 @@
 """Throughput of `workbench cache` vs the bare forward pass to the same layer, on the same batches, in one run.
 
-    .venv/bin/python -m bench.cache_throughput                 # SmolLM2-135M, blocks.3.hook_resid_post, 3 rounds
-    .venv/bin/python -m bench.cache_throughput --tokens-per-round 16384 --rounds 2 --dtype float16 --dtype float32
+    .venv/bin/python -m bench.cache_throughput                 # SmolLM2-135M, blocks.3.hook_resid_post, 6 rounds
+    .venv/bin/python -m bench.cache_throughput --tokens-per-round 16384 --rounds 4 --dtype float16 --dtype float32
 
 Each round runs the bare forward (`model(tokens, stop_at_layer=4)` on pre-tokenized windows) and then a full
 `cache_activations` call (tokenizing, forward, fp16/fp32 conversion, masks, shard writing, checksums, manifest) over
@@ -31,13 +31,16 @@ def main() -> None:
     )
     parser.add_argument("--model", default=DEFAULT_MODEL)
     parser.add_argument("--hook", default=DEFAULT_HOOK)
-    parser.add_argument("--tokens-per-round", type=int, default=32_768)
-    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--tokens-per-round", type=int, default=8_192)
+    parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--context-size", type=int, default=128)
     parser.add_argument("--batch-size", type=int, default=32)
-    parser.add_argument("--shard-tokens", type=int, default=8_192)
+    parser.add_argument("--shard-tokens", type=int, default=4_096)
     parser.add_argument("--dtype", action="append", choices=["float16", "float32"])
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument(
+        "--json", default=None, help="also write the table as JSON here (for bench/run_all.py)"
+    )
     args = parser.parse_args()
     dtypes: list[str] = args.dtype or ["float16"]
 
@@ -90,24 +93,42 @@ def main() -> None:
         return seconds
 
     bare()  # warm-up (allocator, kernels)
-    times: dict[str, float] = {"bare forward": 0.0, **{f"cache {d}": 0.0 for d in dtypes}}
+    steps = ["bare forward", *[f"cache {d}" for d in dtypes]]
+    times: dict[str, list[float]] = {step: [] for step in steps}
     with tempfile.TemporaryDirectory(prefix="cache-bench-") as tmp:
         for r in range(args.rounds):
-            steps = ["bare forward", *[f"cache {d}" for d in dtypes]]
             for step in steps if r % 2 == 0 else reversed(steps):
-                times[step] += bare() if step == "bare forward" else cached(step.split()[1], Path(tmp), r)
+                times[step].append(
+                    bare() if step == "bare forward" else cached(step.split()[1], Path(tmp), r)
+                )
 
     total = n_tokens * args.rounds
-    base = total / times["bare forward"]
-    print(
+    base = total / sum(times["bare forward"])
+    context = (
         f"model {args.model}, hook {args.hook} (stop_at_layer={stop}), device {args.device}, "
         f"{torch.get_num_threads()} threads, {args.rounds} rounds × {n_tokens:,} tokens, batch {args.batch_size}×"
         f"{args.context_size}, shards of {args.shard_tokens:,} tokens"
     )
-    print(f"{'mode':<16} {'tokens':>9} {'seconds':>8} {'tok/s':>9} {'vs bare':>8}")
+    print(context)
+    # The per-round ratio pairs runs made seconds apart, so it is less exposed to load drift than the totals.
+    print(f"{'mode':<16} {'tokens':>9} {'seconds':>8} {'tok/s':>9} {'vs bare':>8} {'median round ratio':>19}")
     for step, seconds in times.items():
-        rate = total / seconds
-        print(f"{step:<16} {total:>9,} {seconds:>8.2f} {rate:>9,.0f} {rate / base:>8.1%}")
+        rate = total / sum(seconds)
+        ratios = sorted(b / s for b, s in zip(times["bare forward"], seconds, strict=True))
+        median = ratios[len(ratios) // 2] if len(ratios) % 2 else sum(ratios[len(ratios) // 2 - 1 :][:2]) / 2
+        print(
+            f"{step:<16} {total:>9,} {sum(seconds):>8.2f} {rate:>9,.0f} {rate / base:>8.1%} {median:>19.1%}"
+        )
+    if args.json:
+        from bench.results_md import Table, write_tables_json
+
+        rows = [
+            [s, f"{total:,}", f"{t:.2f}", f"{total / t:,.0f}", f"{total / t / base:.1%}"]
+            for s, t in times.items()
+        ]
+        write_tables_json(
+            args.json, [Table(["mode", "tokens", "seconds", "tok/s", "vs bare"], rows)], [context]
+        )
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from workbench.activations import (
     outlier_mask,
 )
 from workbench.corpus import MaskPolicy, iter_windows, resolve_corpus
-from workbench.errors import CacheCorruptError, CacheMismatchError
+from workbench.errors import CacheCorruptError, CacheMismatchError, WorkbenchError
 from workbench.models import load_model
 
 HOOKS = ["blocks.0.hook_resid_post", "blocks.1.hook_mlp_out"]
@@ -297,4 +297,14 @@ def test_bad_arguments(tiny_model, corpus, tmp_path):
         run(tiny_model, corpus, tmp_path / "c", hooks=["blocks.7.hook_resid_post"])
     with pytest.raises(ContextSizeError):
         run(tiny_model, corpus, tmp_path / "c", context_size=10_000, n_tokens=20_000)
+    with pytest.raises(WorkbenchError, match="attention maps"):
+        run(tiny_model, corpus, tmp_path / "c", hooks=["blocks.0.attn.hook_pattern"])
     assert not (tmp_path / "c").exists()
+
+
+def test_short_corpus_caches_what_it_has(tiny_model, tmp_path, caplog):
+    small = resolve_corpus(str(write_corpus(tmp_path / "small.txt", n_docs=2)))
+    stats = run(tiny_model, small, tmp_path / "c", n_tokens=10_000 * CTX)
+    n_windows = sum(len(b.window_ids) for b in iter_windows(small, tiny_model.tokenizer, CTX))
+    assert stats.new_tokens == n_windows * CTX > 0
+    assert "ran out" in caplog.text

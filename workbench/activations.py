@@ -66,6 +66,10 @@ IDENTITY_FIELDS = (
 )
 
 
+# Hooks whose activations are (batch, head, query, key) maps rather than one vector per token position.
+PER_HEAD_PAIR_HOOKS = ("hook_pattern", "hook_attn_scores")
+
+
 class CacheWriteError(WorkbenchError):
     """Writing a shard failed (disk full, permissions); earlier shards are intact."""
 
@@ -475,6 +479,12 @@ def cache_activations(
     if dtype not in DTYPES:
         raise WorkbenchError(f"dtype {dtype!r} not supported; use one of {sorted(DTYPES)}.")
     hooks = validate_hooks(model, list(hooks))
+    per_head = [h for h in hooks if h.endswith(PER_HEAD_PAIR_HOOKS)]
+    if per_head:
+        raise WorkbenchError(
+            f"hooks {per_head} hold (head, query, key) attention maps, not one vector per token; cache a per-token "
+            "hook instead (hook_resid_post, hook_mlp_out, hook_attn_out, attn.hook_z, …)."
+        )
     check_context_size(model, context_size)
     if batch_size < 1 or n_tokens < context_size:
         raise WorkbenchError(
@@ -571,6 +581,13 @@ def cache_activations(
             bar.close()
             manifest = writer.close()
         seconds = time.perf_counter() - started
+    if manifest.n_windows < target_windows:
+        log.warning(
+            "corpus %r ran out after %d tokens (asked for %d); pass a larger corpus for more",
+            corpus.name,
+            manifest.n_tokens,
+            target_windows * context_size,
+        )
     if nonfinite:
         log.warning("%d non-finite activation values were cached in %s (fp16 overflow?)", nonfinite, folder)
     new_tokens = (manifest.n_windows - start_window) * context_size
