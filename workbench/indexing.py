@@ -174,8 +174,14 @@ def index_sae(
     *,
     model_name: str | None = None,
     mask_policy: MaskPolicy | None = None,
+    sae_path: str | None = None,
+    sae_metrics: dict[str, Any] | None = None,
 ) -> IndexResult:
-    """Index `sae` over the first `n_tokens` tokens of `corpus` into `store` (resuming any earlier run)."""
+    """Index `sae` over the first `n_tokens` tokens of `corpus` into `store` (resuming any earlier run).
+
+    `sae_path` (where the SAE was loaded from) is recorded in its config so the app's playground can reload it;
+    `sae_metrics` (e.g. the metrics.json `workbench train` wrote next to the SAE) are stored with the SAE.
+    """
     from sae.io import compute_sae_id
 
     cfg = config or IndexConfig()
@@ -183,7 +189,8 @@ def index_sae(
     check_sae_hook(sae, model, hook)
     check_context_size(model, cfg.context_size)
     sae_id = compute_sae_id(sae, name, hook)
-    store.register_sae(sae_id, name, hook, sae.cfg.d_in, sae.cfg.d_sae, sae.cfg.to_dict())
+    sae_cfg = {**sae.cfg.to_dict(), **({"path": sae_path} if sae_path else {})}
+    store.register_sae(sae_id, name, hook, sae.cfg.d_in, sae.cfg.d_sae, sae_cfg, sae_metrics)
     tokenizer = model.tokenizer
     bos_id = default_bos_id(tokenizer)
     run_config = {

@@ -8,6 +8,7 @@ Rerunning resumes a killed run; rerunning a finished one adds nothing; a larger 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import typer
@@ -45,7 +46,22 @@ def index(
     loaded_model = load_model(model, device=device)
     loaded_sae = load_sae(sae, device=device, hook=hook)
     cfg = IndexConfig(context_size=context_size, top_k=top_k, batch_size=batch_size)
-    result = index_sae(Store.open(store), loaded_model, loaded_sae, hook, resolve_corpus(corpus), tokens, cfg)
+    sae_dir = Path(sae)
+    metrics_file = sae_dir / "metrics.json"
+    metrics = json.loads(metrics_file.read_text()).get("metrics") if metrics_file.is_file() else None
+    sae_path = str(sae_dir.resolve()) if sae_dir.exists() else sae
+    result = index_sae(
+        Store.open(store),
+        loaded_model,
+        loaded_sae,
+        hook,
+        resolve_corpus(corpus),
+        tokens,
+        cfg,
+        model_name=model,
+        sae_path=sae_path,
+        sae_metrics=metrics,
+    )
     typer.echo(
         f"sae {result.sae_id}: {result.new_windows} new windows, {result.new_rows:,} activation rows "
         f"({result.tokens_per_s:,.0f} tok/s) → {store}"
