@@ -44,8 +44,10 @@ lint: venv
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/pyright
 
+# `make bench BENCH_ARGS=--quick` for smoke sizes (~3-5 min); see bench/run_all.py --help.
+BENCH_ARGS ?=
 bench: system-deps venv
-	$(PY) -m bench.run_all
+	$(PY) -m bench.run_all $(BENCH_ARGS)
 
 clean-venv:
 	rm -rf $(VENV)
