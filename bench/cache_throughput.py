@@ -109,28 +109,25 @@ def main() -> None:
         f"{torch.get_num_threads()} threads, {args.rounds} rounds × {n_tokens:,} tokens, batch {args.batch_size}×"
         f"{args.context_size}, shards of {args.shard_tokens:,} tokens"
     )
-    print(context)
-    # The per-round ratio pairs runs made seconds apart, so it is less exposed to load drift than the totals.
-    print(f"{'mode':<16} {'tokens':>9} {'seconds':>8} {'tok/s':>9} {'vs bare':>8} {'median round ratio':>19}")
+    columns = ["mode", "tokens", "seconds", "tok/s", "vs bare", "median round ratio"]
+    rows: list[list[str]] = []
     for step, seconds in times.items():
         rate = total / sum(seconds)
-        ratios = sorted(b / s for b, s in zip(times["bare forward"], seconds, strict=True))
-        median = ratios[len(ratios) // 2] if len(ratios) % 2 else sum(ratios[len(ratios) // 2 - 1 :][:2]) / 2
-        print(
-            f"{step:<16} {total:>9,} {sum(seconds):>8.2f} {rate:>9,.0f} {rate / base:>8.1%} {median:>19.1%}"
+        # The per-round ratio pairs runs made seconds apart, so it is less exposed to load drift than the totals.
+        ratios = sorted(b / x for b, x in zip(times["bare forward"], seconds, strict=True))
+        mid = len(ratios) // 2
+        median = ratios[mid] if len(ratios) % 2 else (ratios[mid - 1] + ratios[mid]) / 2
+        rows.append(
+            [step, f"{total:,}", f"{sum(seconds):.2f}", f"{rate:,.0f}", f"{rate / base:.1%}", f"{median:.1%}"]
         )
+    print(context)
+    print("| " + " | ".join(columns) + " |")
+    print("|" + "---|" * len(columns))
+    for row in rows:
+        print("| " + " | ".join(row) + " |")
     if args.json:
         from bench.results_md import Table, write_tables_json
 
-        rows = []
-        for s, t in times.items():
-            ratios = sorted(b / x for b, x in zip(times["bare forward"], t, strict=True))
-            mid = ratios[len(ratios) // 2] if len(ratios) % 2 else sum(ratios[len(ratios) // 2 - 1 :][:2]) / 2
-            rate = total / sum(t)
-            rows.append(
-                [s, f"{total:,}", f"{sum(t):.2f}", f"{rate:,.0f}", f"{rate / base:.1%}", f"{mid:.1%}"]
-            )
-        columns = ["mode", "tokens", "seconds", "tok/s", "vs bare", "median round ratio"]
         write_tables_json(args.json, [Table(columns, rows)], [context])
 
 
