@@ -54,7 +54,8 @@ def run_sae_lens(model, windows: list[list[int]], n_tokens: int, context_size: i
         prepend_bos=False,  # windows already start with their BOS token
         training_tokens=n_tokens,
         train_batch_size_tokens=batch,
-        n_batches_in_buffer=max(2, -(-batch // context_size) // 32 * 2),  # ≥ batch (design.md pitfall)
+        n_batches_in_buffer=2
+        * -(-batch // context_size),  # needs n × context_size ≥ batch (design.md pitfall)
         store_batch_size_prompts=32,
         lr=4e-4,
         lr_end=4e-4,
