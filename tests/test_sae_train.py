@@ -91,13 +91,13 @@ def test_topk_learns_and_batchtopk_reload_keeps_trained_l0(tmp_path: Path):
     chunks = synthetic_chunks()
     held_out = synthetic_chunks(9)[8]
     topk = train_sae(
-        tensor_source(chunks, repeat=True), D_IN, small_cfg(n_tokens=256 * 40), tmp_path / "t", progress=False
+        tensor_source(chunks, repeat=True), D_IN, small_cfg(n_tokens=256 * 60), tmp_path / "t", progress=False
     )
     assert topk.final["explained_variance"] > 0.5
     res = train_sae(
         tensor_source(chunks, repeat=True),
         D_IN,
-        small_cfg(architecture="batchtopk", n_tokens=256 * 40),
+        small_cfg(architecture="batchtopk", n_tokens=256 * 60),
         tmp_path / "b",
         progress=False,
     )
