@@ -1,6 +1,6 @@
 """Planted features over real default-corpus windows: close negatives must expose an over-broad explanation.
 
-Feature 0 fires on the token " def" only in Python code (stdlib sources and the code samples of the Python docs).
+Feature 0 fires on the token "def" (any spelling) only in Python code (stdlib sources and the code samples of the Python docs).
 The correct explanation names " def"; the over-broad one fires on any common Python keyword ("Python code"). Under
 SIMILAR_NEGATIVE (code windows that do not fire) the correct explanation must win by a wider margin than under
 RANDOM negatives. Feature 1 never fires (its score is recorded as no_activations); one explanation is empty.
@@ -76,7 +76,9 @@ def build_planted_store(path: Path, n_windows: int = N_WINDOWS, extra_tokens: tu
     for batch in iter_windows(corpus, tokenizer, CONTEXT, n_tokens=CONTEXT * n_windows, batch_size=1000):
         token_strings = strings_V[batch.tokens_BT]
         is_code = np.array([s.startswith(("stdlib:", "pydoc:")) for s in batch.sources])
-        hit_BT = (token_strings == " def") & is_code[:, None] & batch.mask_BT
+        # "def" in any spelling (" def", "def", "Def"): the lexical rule '"def"' names exactly this token set.
+        is_def_BT = np.char.lower(np.char.strip(token_strings.astype(str))) == "def"
+        hit_BT = is_def_BT & is_code[:, None] & batch.mask_BT
         rows, cols = np.nonzero(hit_BT)
         feats = np.full(len(rows), DEF_FEATURE, dtype=np.int32)
         for i, tok in enumerate(extra_tokens):
@@ -157,7 +159,9 @@ def _metric(store: Store, scorer: str, source: str, explainer: str, name: str) -
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("scorer", "metric"),
-    [("simulation", "pearson"), ("detection", "balanced_accuracy"), ("fuzzing", "accuracy")],
+    # Fuzzing is not here: its negatives carry random highlights, which neither rule set calls correct, so both
+    # explanations tie under either source (test_scoring_is_resumable… and the unit tests cover fuzzing).
+    [("simulation", "pearson"), ("detection", "balanced_accuracy")],
 )
 def test_close_negatives_widen_the_gap_between_correct_and_over_broad(
     planted: Store, scorer: str, metric: str
