@@ -248,18 +248,32 @@ def special_token_ids(tokenizer: Any) -> np.ndarray:
     return np.array(sorted(ids), dtype=np.int64)
 
 
-def _token_stream(corpus: Corpus, tokenizer: Any, separator_id: int) -> Iterator[tuple[int, str, int]]:
-    """Yield (token id, source of its document, offset within the document) for the whole corpus, documents joined
-    by the separator token."""
+TOKENIZE_DOCS = 64
+"""Documents tokenized per call (the fast tokenizer batches them natively)."""
+
+
+def _document_tokens(corpus: Corpus, tokenizer: Any, separator_id: int) -> Iterator[tuple[np.ndarray, str]]:
+    """Yield each non-empty document's token ids (int64) followed by the separator token, with its source."""
     any_doc = False
+    pending: list[Document] = []
+
+    def flush() -> Iterator[tuple[np.ndarray, str]]:
+        encoded = tokenizer([d.text for d in pending], add_special_tokens=False)["input_ids"]
+        for doc, ids in zip(pending, encoded, strict=True):
+            if ids:
+                yield np.array([*ids, separator_id], dtype=np.int64), doc.source
+
     for doc in corpus.documents():
-        ids = tokenizer(doc.text, add_special_tokens=False)["input_ids"]
-        if not ids:
-            continue
-        any_doc = True
-        for offset, tid in enumerate(ids):
-            yield tid, doc.source, offset
-        yield separator_id, doc.source, len(ids)
+        pending.append(doc)
+        if len(pending) == TOKENIZE_DOCS:
+            for item in flush():
+                any_doc = True
+                yield item
+            pending = []
+    if pending:
+        for item in flush():
+            any_doc = True
+            yield item
     if not any_doc:
         raise CorpusError(f"corpus {corpus.name!r} is empty: it has no non-blank documents.")
 
@@ -278,9 +292,9 @@ def iter_windows(
 ) -> Iterator[WindowBatch]:
     """Cut the corpus into windows of `context_size` tokens (BOS + context_size−1 text tokens), in batches.
 
-    Window ids count from 0 in a fixed order, so `start_window` resumes exactly where an earlier run stopped.
-    `n_tokens` bounds the total tokens (BOS included) of the windows yielded, counting from window 0; only whole
-    windows are produced.
+    Documents are joined by the separator token into one stream. Window ids count from 0 in a fixed order, so
+    `start_window` resumes exactly where an earlier run stopped. `n_tokens` bounds the total tokens (BOS included)
+    of the windows yielded, counting from window 0; only whole windows are produced.
     """
     if context_size < 2:
         raise CorpusError("context_size must be at least 2 (BOS + one token).")
@@ -292,48 +306,73 @@ def iter_windows(
     if max_windows is not None and max_windows <= start_window:
         return
 
-    ids_buf: list[int] = []
-    src_buf: list[str] = []
-    off_buf: list[int] = []
-    batch_tokens: list[np.ndarray] = []
-    batch_meta: list[tuple[int, str, int]] = []
-    window_id = 0
+    # Pending stream: token ids, the index of each token's document (into `sources`) and its offset there.
+    ids_parts: list[np.ndarray] = []
+    doc_parts: list[np.ndarray] = []
+    off_parts: list[np.ndarray] = []
+    pending = 0
+    sources: list[str] = []
+    out_tokens: list[np.ndarray] = []
+    out_doc: list[np.ndarray] = []
+    out_off: list[np.ndarray] = []
+    out_ids: list[np.ndarray] = []
+    buffered = 0
+    next_window = 0
 
-    def flush() -> WindowBatch:
-        tokens = np.stack(batch_tokens).astype(np.int32)
+    def make_batch(n: int) -> WindowBatch:
+        nonlocal out_tokens, out_doc, out_off, out_ids, buffered
+        tokens_all, doc_all = np.concatenate(out_tokens), np.concatenate(out_doc)
+        off_all, wid_all = np.concatenate(out_off), np.concatenate(out_ids)
+        out_tokens, out_doc, out_off, out_ids = [tokens_all[n:]], [doc_all[n:]], [off_all[n:]], [wid_all[n:]]
+        buffered -= n
+        body = tokens_all[:n]
+        tokens = np.concatenate([np.full((n, 1), bos, dtype=np.int64), body], axis=1).astype(np.int32)
         mask = np.ones_like(tokens, dtype=bool)
         if policy.exclude_bos:
             mask[:, 0] = False
         if policy.exclude_special:
             mask[:, 1:] &= ~np.isin(tokens[:, 1:], specials)
-        texts = [tokenizer.decode(row[1:].tolist()) for row in tokens] if decode else []
+        texts = tokenizer.batch_decode(body.tolist()) if decode else []
         return WindowBatch(
-            window_ids=np.array([m[0] for m in batch_meta], dtype=np.int64),
+            window_ids=wid_all[:n],
             tokens_BT=tokens,
             mask_BT=mask,
             texts=texts,
-            sources=[m[1] for m in batch_meta],
-            offsets=np.array([m[2] for m in batch_meta], dtype=np.int64),
+            sources=[sources[d] for d in doc_all[:n]],
+            offsets=off_all[:n],
         )
 
-    for tid, source, offset in _token_stream(corpus, tokenizer, bos):
-        ids_buf.append(tid)
-        src_buf.append(source)
-        off_buf.append(offset)
-        if len(ids_buf) < per_window:
+    for doc_ids, source in _document_tokens(corpus, tokenizer, bos):
+        sources.append(source)
+        ids_parts.append(doc_ids)
+        doc_parts.append(np.full(len(doc_ids), len(sources) - 1, dtype=np.int64))
+        off_parts.append(np.arange(len(doc_ids), dtype=np.int64))
+        pending += len(doc_ids)
+        if pending < per_window:
             continue
-        if window_id >= start_window:
-            batch_tokens.append(np.array([bos, *ids_buf], dtype=np.int64))
-            batch_meta.append((window_id, src_buf[0], off_buf[0]))
-            if len(batch_tokens) == batch_size:
-                yield flush()
-                batch_tokens, batch_meta = [], []
-        ids_buf, src_buf, off_buf = [], [], []
-        window_id += 1
-        if max_windows is not None and window_id >= max_windows:
+        stream = np.concatenate(ids_parts)
+        docs, offs = np.concatenate(doc_parts), np.concatenate(off_parts)
+        n_new = pending // per_window
+        if max_windows is not None:
+            n_new = min(n_new, max_windows - next_window)
+        cut = n_new * per_window
+        ids_parts, doc_parts, off_parts = [stream[cut:]], [docs[cut:]], [offs[cut:]]
+        pending -= cut
+        wids = np.arange(next_window, next_window + n_new, dtype=np.int64)
+        next_window += n_new
+        keep = wids >= start_window
+        if keep.any():
+            out_tokens.append(stream[:cut].reshape(n_new, per_window)[keep])
+            out_doc.append(docs[:cut:per_window][keep])
+            out_off.append(offs[:cut:per_window][keep])
+            out_ids.append(wids[keep])
+            buffered += int(keep.sum())
+        while buffered >= batch_size:
+            yield make_batch(batch_size)
+        if max_windows is not None and next_window >= max_windows:
             break
-    if batch_tokens:
-        yield flush()
+    if buffered:
+        yield make_batch(buffered)
 
 
 def count_windows(corpus: Corpus, tokenizer: Any, context_size: int) -> int:
