@@ -51,8 +51,8 @@ class MaskPolicy:
     exclude_special: bool = True
     """Exclude the tokenizer's special tokens (document separators, padding, chat markers) anywhere in a window."""
     outlier_norm_factor: float | None = None
-    """If set, also exclude positions whose activation norm exceeds this factor × the batch median (applied by the
-    activation stages, which see the norms)."""
+    """If set, also exclude positions whose activation norm exceeds this factor × their window's median norm
+    (applied by the activation stages, which see the norms; per window so masks do not depend on batch size)."""
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for manifests and provenance."""
