@@ -64,9 +64,9 @@ def bench_absorption(args: argparse.Namespace) -> None:
     from workbench.models import load_model
 
     torch.set_num_threads(args.threads)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     model = load_model(args.model)
-    t_load = time.perf_counter() - t0
+    t_load, c_load = time.perf_counter() - t0, time.process_time() - c0
     cfg = ab.AbsorptionConfig(probing=pr.ProbingConfig(layer=args.layer, max_words=args.max_words))
     hook = cfg.probing.hook()
     if args.sae:
@@ -78,23 +78,20 @@ def bench_absorption(args: argparse.Namespace) -> None:
             _random_topk_sae(model.cfg.d_model, hook, model.cfg.model_name),
             "random TopK 576→4608 k=32",
         )
-    rows: list[tuple[str, float]] = [("load model", t_load)]
-    t = time.perf_counter()
+    rows: list[tuple[str, float, float]] = [("load model", t_load, c_load)]
+    t, c = time.perf_counter(), time.process_time()
     acts = pr.collect_probe_activations(model, cfg.probing)
-    rows.append(
-        (
-            f"collect residuals ({len(acts.train_words)}+{len(acts.test_words)} prompts)",
-            time.perf_counter() - t,
-        )
-    )
-    t = time.perf_counter()
+    name = f"collect residuals ({len(acts.train_words)}+{len(acts.test_words)} prompts)"
+    rows.append((name, time.perf_counter() - t, time.process_time() - c))
+    t, c = time.perf_counter(), time.process_time()
     try:
         result = ab.evaluate_absorption(sae, acts, cfg)
     except ab.ProbeTooWeakError as err:
         print(f"refused: {err}")
         result = ab.evaluate_absorption(sae, acts, replace(cfg, min_letters=0))
-    rows.append(("26 probes + SAE encode + k-sparse probing + scoring", time.perf_counter() - t))
-    total = sum(s for _, s in rows)
+    name = "26 probes + SAE encode + k-sparse probing + scoring"
+    rows.append((name, time.perf_counter() - t, time.process_time() - c))
+    total = sum(s for _, s, _ in rows)
     print(f"\nmodel {args.model}, layer {args.layer}, {sae_desc}, {args.threads} threads")
     f1s = [x.probe_f1 for x in result.letters]
     print(f"probe F1 > 0.6: {sum(f > 0.6 for f in f1s)}/26 (min {min(f1s):.2f}, max {max(f1s):.2f})")
@@ -103,10 +100,10 @@ def bench_absorption(args: argparse.Namespace) -> None:
         f"mean_absorption_fraction_score={m.mean_absorption_fraction_score:.3f} "
         f"mean_full_absorption_score={m.mean_full_absorption_score:.3f} mean_num_split_features={m.mean_num_split_features:.2f}\n"
     )
-    print("| stage | seconds | share |\n|---|---|---|")
-    for name, s in rows:
-        print(f"| {name} | {s:.1f} | {s / total:.2f} |")
-    print(f"| total | {total:.1f} | 1.00 |")
+    print("| stage | wall s | CPU s (all threads) | share of wall |\n|---|---|---|---|")
+    for name, s, cpu in rows:
+        print(f"| {name} | {s:.1f} | {cpu:.1f} | {s / total:.2f} |")
+    print(f"| total | {total:.1f} | {sum(c for _, _, c in rows):.1f} | 1.00 |")
     if args.baseline_prompts:
         theirs, ours = _saebench_style_seconds(model, cfg.probing, args.baseline_prompts)
         print(
@@ -126,7 +123,7 @@ def main() -> None:
     p.add_argument("--model", default="smollm2-135m")
     p.add_argument("--layer", type=int, default=3)
     p.add_argument("--sae", default=None, help="SAE folder; default: a random TopK SAE")
-    p.add_argument("--max-words", type=int, default=24000)
+    p.add_argument("--max-words", type=int, default=20000)
     p.add_argument("--baseline-prompts", type=int, default=512)
     p.add_argument("--threads", type=int, default=min(2, os.cpu_count() or 1))
     args = parser.parse_args()

@@ -144,10 +144,16 @@ def _tokenize(tokenizer: Any, texts: list[str]) -> list[list[int]]:
     return tokenizer(texts, add_special_tokens=False)["input_ids"]
 
 
-def _cache_dir(model_name: str, cfg: ProbingConfig, bos_id: int, vocab_size: int) -> Path:
-    """Folder of cached probe activations, keyed by model, layer and every setting that changes them."""
+def _cache_dir(model_name: str, cfg: ProbingConfig, bos_id: int, vocab_size: int, dtype: str) -> Path:
+    """Folder of cached probe activations, keyed by model, dtype, layer and every setting that changes them."""
     key = json.dumps(
-        {"model": model_name, "cfg": asdict(cfg) | {"bos_id": bos_id}, "vocab": vocab_size, "v": 1},
+        {
+            "model": model_name,
+            "dtype": dtype,
+            "cfg": asdict(cfg) | {"bos_id": bos_id},
+            "vocab": vocab_size,
+            "v": 1,
+        },
         sort_keys=True,
     )
     digest = hashlib.sha256(key.encode()).hexdigest()[:16]
@@ -211,7 +217,7 @@ def _read_resid(
     ]
     out = np.zeros((len(ids), model.cfg.d_model), dtype=np.float32)
     hook = cfg.hook()
-    chunk_size = 32  # batches per saved chunk
+    chunk_size = 8  # batches per saved chunk (a killed run loses at most this much work)
     n_chunks = math.ceil(len(batches) / chunk_size)
     device = next(model.parameters()).device
     with tqdm(total=len(ids), desc=f"first-letter prompts ({tag})", unit="prompt", disable=None) as bar:
@@ -245,7 +251,7 @@ def collect_probe_activations(model: Any, cfg: ProbingConfig = ProbingConfig()) 
         raise ProbingDataError(
             f"layer {cfg.layer} does not exist; {model.cfg.model_name!r} has layers 0..{model.cfg.n_layers - 1}"
         )
-    folder = _cache_dir(str(model.cfg.model_name), cfg, bos_id, len(tokenizer))
+    folder = _cache_dir(str(model.cfg.model_name), cfg, bos_id, len(tokenizer), str(model.cfg.dtype))
     final = folder / "activations.npz"
     if final.exists():
         data = np.load(final, allow_pickle=False)
@@ -426,12 +432,16 @@ def k_sparse_probing(
         # By positive weight, not |w|: features that directly predict the letter (SAEBench).
         top = w_LF[li].topk(max_k).indices.tolist()
         feats_by_k, f1_by_k = [], []
+        positives = int((train_labels == li).sum())
         for k in range(1, max_k + 1):
             feats = top[:k]
+            feats_by_k.append(feats)
+            if positives == 0 or positives == len(train_labels):
+                f1_by_k.append(0.0)  # no words (or only words) with this letter: nothing to fit
+                continue
             clf = LogisticRegression(max_iter=500, class_weight="balanced")
             clf.fit(train_csc[:, feats].toarray(), train_labels == li)
             pred = clf.decision_function(test_csc[:, feats].toarray()) > 0
-            feats_by_k.append(feats)
             f1_by_k.append(float(f1_score(test_labels == li, pred, zero_division=0.0)))  # type: ignore[arg-type]
         out.append(KSparseResult(letter, feats_by_k, f1_by_k, main_features(f1_by_k, feats_by_k, tau)))
     return out

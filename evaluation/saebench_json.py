@@ -30,7 +30,12 @@ NO_SAEBENCH_COMMIT = "not-sae-bench (sae-workbench export)"
 # SAEBench's core metric categories (evals/core/eval_output.py) and the flat metric names each holds.
 CORE_CATEGORIES: dict[str, tuple[str, ...]] = {
     "model_behavior_preservation": ("kl_div_score", "kl_div_with_ablation", "kl_div_with_sae"),
-    "model_performance_preservation": ("ce_loss_score", "ce_loss_with_ablation", "ce_loss_with_sae", "ce_loss_without_sae"),
+    "model_performance_preservation": (
+        "ce_loss_score",
+        "ce_loss_with_ablation",
+        "ce_loss_with_sae",
+        "ce_loss_without_sae",
+    ),
     "reconstruction_quality": ("explained_variance", "explained_variance_legacy", "mse", "cossim"),
     "shrinkage": ("l2_norm_in", "l2_norm_out", "l2_ratio", "relative_reconstruction_bias"),
     "sparsity": ("l0", "l1"),

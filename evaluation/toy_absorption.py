@@ -118,6 +118,20 @@ def train_toy_sae(cfg: ToyConfig, feats_FD: torch.Tensor) -> ToySAE:
     W_init_FD = feats_FD if cfg.init_true else torch.randn(N_FEATURES, cfg.d_model, generator=gen)
     sae = ToySAE(W_init_FD, cfg.tied)
     opt = torch.optim.Adam([p for p in sae.parameters() if p.requires_grad], lr=cfg.lr)
+    # The matrices are tiny (1024×50×4): one thread is faster, and multi-thread barriers crawl on a busy machine.
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        _train_loop(cfg, sae, opt, feats_FD, gen)
+    finally:
+        torch.set_num_threads(threads)
+    return sae
+
+
+def _train_loop(
+    cfg: ToyConfig, sae: ToySAE, opt: torch.optim.Optimizer, feats_FD: torch.Tensor, gen: torch.Generator
+) -> None:
+    """Adam on MSE + L1, with the decoder renormalised after every step."""
     for _ in tqdm(range(cfg.n_steps), desc="toy SAE", leave=False, disable=None):
         x_BD, _ = sample_batch(cfg, feats_FD, cfg.batch_size, gen)
         acts_BF = sae.encode(x_BD)
@@ -127,7 +141,6 @@ def train_toy_sae(cfg: ToyConfig, feats_FD: torch.Tensor) -> ToySAE:
         loss.backward()
         opt.step()
         sae.normalize_decoder()
-    return sae
 
 
 @dataclass(frozen=True)

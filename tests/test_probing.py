@@ -55,7 +55,7 @@ def test_prompts_put_bos_first_and_read_the_word_token(tiny_model) -> None:
     from evaluation.probing import _prompts
 
     tok = tiny_model.tokenizer
-    words = [(tid, w) for tid, w in alphabetic_vocab(tok)][:: 997]
+    words = [(tid, w) for tid, w in alphabetic_vocab(tok)][::997]
     ids, positions, kept = _prompts(tok, words, TINY_CFG, 0, random.Random(0))
     assert len(kept) == len(words)
     suffix = tok(" has the first letter:", add_special_tokens=False)["input_ids"]
@@ -87,7 +87,9 @@ def test_sae_from_another_model_is_refused(tiny_model) -> None:
     from evaluation.absorption import SAEMismatchError, check_sae_fits_probe
 
     with pytest.raises(SAEMismatchError, match="d_in=576"):
-        check_sae_fits_probe(SAE.from_dict(StandardSAEConfig(d_in=576, d_sae=64).to_dict()), tiny_model, TINY_CFG.hook())
+        check_sae_fits_probe(
+            SAE.from_dict(StandardSAEConfig(d_in=576, d_sae=64).to_dict()), tiny_model, TINY_CFG.hook()
+        )
     cfg = StandardSAEConfig(d_in=64, d_sae=64)
     cfg.metadata.hook_name = "blocks.0.hook_resid_post"
     with pytest.raises(SAEMismatchError, match=r"blocks\.0\.hook_resid_post"):
