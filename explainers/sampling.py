@@ -15,9 +15,12 @@ indexed corpus (30 by default, which the tree explainer splits 10/10/10).
 
 from __future__ import annotations
 
+import hashlib
 import logging
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from enum import StrEnum
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -85,6 +88,10 @@ def ensure_window_embeddings(
         ids = missing[start : start + chunk]
         vectors = embed_texts(store.window_texts(progress.corpus, ids), model)
         store.add_window_embeddings(progress.corpus, model, ids, vectors)
+    if len(missing):
+        cached_window_embeddings(
+            store, progress.corpus, model
+        )  # writes the memory-mapped copy for later processes
     return len(missing)
 
 
@@ -93,7 +100,7 @@ _EMBEDDING_CACHE: dict[tuple[str, str, str], tuple[int, WindowEmbeddings]] = {}
 
 
 def cached_window_embeddings(store: Store, corpus: str, model: str) -> WindowEmbeddings:
-    """store.window_embeddings, cached per process (one fetch serves every feature's close negatives)."""
+    """store.window_embeddings (memory-mapped once a copy exists), cached per process while the row count holds."""
     key = (str(store.path.resolve()), corpus, model)
     count = store.embedding_count(corpus, model)
     hit = _EMBEDDING_CACHE.get(key)
@@ -106,25 +113,46 @@ def cached_window_embeddings(store: Store, corpus: str, model: str) -> WindowEmb
 
 
 def reference_similarity(embeddings_ND: np.ndarray, reference_rows: np.ndarray) -> np.ndarray:
-    """(N,) cosine of each (unit-norm) embedding to the mean of the reference rows' unit-norm embeddings."""
-    mean_D = embeddings_ND[reference_rows].mean(axis=0)
+    """(N,) float32 cosine of each (unit-norm) embedding to the mean of the reference rows' unit-norm embeddings."""
+    mean_D = np.asarray(embeddings_ND[np.sort(reference_rows)], dtype=np.float32).mean(
+        axis=0, dtype=np.float32
+    )
     norm = float(np.linalg.norm(mean_D))
-    return embeddings_ND @ (mean_D / norm) if norm > 0 else np.zeros(len(embeddings_ND), np.float32)
+    if norm == 0:
+        return np.zeros(len(embeddings_ND), np.float32)
+    return np.asarray(embeddings_ND @ (mean_D / norm).astype(np.float32), dtype=np.float32)
+
+
+def top_k_by_score(ids: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
+    """The k ids with the highest scores, ordered by decreasing score then increasing id (exact, ties included).
+
+    argpartition finds the k-th best score in O(N); only the candidates at least that good are sorted.
+    """
+    if k <= 0 or len(ids) == 0:
+        return ids[:0]
+    if len(ids) > k:
+        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+        sel = np.flatnonzero(scores >= kth)
+        ids, scores = ids[sel], scores[sel]
+    return ids[np.lexsort((ids, -scores))[:k]]
 
 
 def close_negatives(
     store: Store, sae_id: str, feature: int, k: int = CLOSE_NEGATIVES, config: NegativeConfig | None = None,
-    require_negative: bool = True,
+    require_negative: bool = True, exclude: Sequence[int] | np.ndarray = (),
 ) -> list[int]:  # fmt: skip
     """Exact top-k most similar windows to the feature's top activating windows (non-activating unless
-    `require_negative` is False), ordered by decreasing similarity, ties by window id."""
+    `require_negative` is False; never a window in `exclude`), ordered by decreasing similarity, ties by window id."""
     with store.session():  # one connection for the five reads below
-        return _close_negatives(store, sae_id, feature, k, config or NegativeConfig(), require_negative)
+        return _close_negatives(
+            store, sae_id, feature, k, config or NegativeConfig(), require_negative, exclude
+        )
 
 
 def _close_negatives(
-    store: Store, sae_id: str, feature: int, k: int, cfg: NegativeConfig, require_negative: bool
-) -> list[int]:
+    store: Store, sae_id: str, feature: int, k: int, cfg: NegativeConfig, require_negative: bool,
+    extra_exclude: Sequence[int] | np.ndarray = (),
+) -> list[int]:  # fmt: skip
     """close_negatives inside an open session."""
     progress = store.index_progress(sae_id)
     if progress is None:
@@ -138,19 +166,21 @@ def _close_negatives(
             f"windows of corpus {progress.corpus!r} lack {cfg.embedding_model} embeddings; run "
             "explainers.sampling.ensure_window_embeddings(store, sae_id) once (it embeds every window)."
         )
-    embeddings_ND = emb.embeddings_ND[rows]
     positives = store.top_examples(sae_id, feature, cfg.reference_size)
     if not positives:
         return []
     pos_ids = np.array([p.window_id for p in positives], dtype=np.int64)
-    similarity_N = reference_similarity(embeddings_ND, np.searchsorted(indexed, pos_ids))
-    keep_N = ~np.isin(indexed, pos_ids)
+    # Similarity of every embedded window (one float32 mat-vec over the whole, possibly memory-mapped, matrix —
+    # no gathered copy of it), then read off the indexed ones.
+    similarity_N = reference_similarity(emb.embeddings_ND, rows[np.searchsorted(indexed, pos_ids)])[rows]
+    exclude = pos_ids
     if require_negative:
         maxima = store.window_maxima(sae_id, feature)
-        keep_N &= ~np.isin(indexed, maxima.window_ids[maxima.values > cfg.threshold])
-    candidates = np.flatnonzero(keep_N)
-    order = np.lexsort((indexed[candidates], -similarity_N[candidates]))[:k]
-    return [int(i) for i in indexed[candidates[order]]]
+        exclude = np.union1d(pos_ids, maxima.window_ids[maxima.values > cfg.threshold])
+    if len(extra_exclude):
+        exclude = np.union1d(exclude, np.asarray(extra_exclude, dtype=np.int64))
+    keep_N = ~np.isin(indexed, exclude, assume_unique=True)
+    return [int(i) for i in top_k_by_score(indexed[keep_N], similarity_N[keep_N], k)]
 
 
 def draw_negatives(
@@ -161,21 +191,40 @@ def draw_negatives(
     k: int = CLOSE_NEGATIVES,
     seed: int = 0,
     config: NegativeConfig | None = None,
+    exclude: Sequence[int] | np.ndarray = (),
 ) -> Sample:
-    """Draw negatives from `source`, store the sample (ids, seed, config) and return it."""
+    """Draw negatives from `source` (never a window in `exclude`, e.g. a scorer's positives), store the sample
+    (ids, seed, config) and return it."""
     cfg = config or NegativeConfig()
     rng = np.random.default_rng(seed)
+    excluded = np.unique(np.asarray(exclude, dtype=np.int64))
     if source is NegativeSource.RANDOM:
-        indexed = store.indexed_window_ids(sae_id)
+        indexed = np.setdiff1d(store.indexed_window_ids(sae_id), excluded, assume_unique=True)
         ids = [int(i) for i in rng.choice(indexed, size=min(k, len(indexed)), replace=False)]
     elif source is NegativeSource.RANDOM_NEGATIVE:
-        ids = store.random_negatives(sae_id, feature, k, seed=seed, threshold=cfg.threshold)
+        # A uniform random order minus the excluded ids is a uniform random order of the rest.
+        drawn = store.random_negatives(sae_id, feature, k + len(excluded), seed=seed, threshold=cfg.threshold)
+        skip = set(excluded.tolist())
+        ids = [i for i in drawn if i not in skip][:k]
     else:
         ids = close_negatives(
-            store, sae_id, feature, k, cfg, require_negative=source is NegativeSource.SIMILAR_NEGATIVE
-        )
-    sample = Sample(sae_id, int(feature), source.value, seed, {"k": k, **asdict(cfg)}, ids)
+            store, sae_id, feature, k, cfg, require_negative=source is NegativeSource.SIMILAR_NEGATIVE,
+            exclude=excluded,
+        )  # fmt: skip
+    sample = Sample(sae_id, int(feature), source.value, seed, negative_params(k, cfg, excluded), ids)
     return Sample(**{**asdict(sample), "id": store.add_sample(sample)})
+
+
+def negative_params(
+    k: int, config: NegativeConfig, exclude: Sequence[int] | np.ndarray = ()
+) -> dict[str, Any]:
+    """The config a negative sample is stored with (k, NegativeConfig, and a digest of the excluded ids)."""
+    params: dict[str, Any] = {"k": k, **asdict(config)}
+    excluded = np.unique(np.asarray(exclude, dtype=np.int64))
+    if len(excluded):
+        digest = hashlib.sha256(excluded.tobytes()).hexdigest()[:16]
+        params.update(n_excluded=len(excluded), excluded_sha256=digest)
+    return params
 
 
 def draw_examples(

@@ -19,8 +19,11 @@ def planted(tmp_path, tiny_model):
 
 
 def smart(body: dict) -> Reply:
-    """Answers each prompt kind like a model that knows feature 0/3 fires on LORD."""
-    user = body["messages"][-1]["content"]
+    """Answers each prompt kind like a model that knows feature 0/3 fires on LORD (a re-ask like its prompt)."""
+    users = [m["content"] for m in body["messages"] if m["role"] == "user"]
+    user = users[-1]
+    if user.startswith("Your previous answer could not be parsed") and len(users) > 1:
+        user = users[-2]  # which of the concurrent calls gets a scripted fault depends on timing
     if "NEW EXPLANATION" in user:
         return Reply('IMPROVEMENT: add God.\nNEW EXPLANATION: [{"activates_on": "\\"lord\\"", "strength": 5}, '
                      '{"activates_on": "\\"god\\"", "strength": 3}]')  # fmt: skip
