@@ -49,6 +49,10 @@ class Emitted:
     """Non-empty, non-table output lines (e.g. the model/hook/size line a script prints before its table)."""
 
 
+NOISE = ("Moving model to device",)
+"""Prefixes of library chatter on stdout that is not context worth keeping (TransformerLens prints this one)."""
+
+
 def _cells(line: str) -> list[str]:
     """Cells of one Markdown table line `| a | b |`."""
     inner = line.strip()
@@ -62,9 +66,13 @@ def _is_separator(cells: list[str]) -> bool:
     return bool(cells) and all(re.fullmatch(r":?-+:?", c) for c in cells)
 
 
+BLANK = "—"
+"""Cell text for a cell the benchmark printed empty on purpose (e.g. no target for that row)."""
+
+
 def _padded(cells: list[str], width: int) -> list[str]:
-    """Cells padded with MISSING (or truncated) to `width`; empty cells become MISSING too."""
-    cells = [c if c else MISSING for c in cells[:width]]
+    """Cells padded with MISSING (or truncated) to `width`; cells printed empty become BLANK."""
+    cells = [c if c else BLANK for c in cells[:width]]
     return cells + [MISSING] * (width - len(cells))
 
 
@@ -86,7 +94,7 @@ def parse_markdown(text: str, max_notes: int = 12) -> Emitted:
                 i += 1
             out.tables.append(Table(columns, rows))
             continue
-        if line and len(out.notes) < max_notes:
+        if line and not line.startswith(NOISE) and len(out.notes) < max_notes:
             out.notes.append(line)
         i += 1
     return out

@@ -110,7 +110,9 @@ BENCHES: tuple[Bench, ...] = (
         ("--tokens", "65536"), ("--tokens", "8192"), json_output=True,
         meaning="End-to-end tokens/s (model forward + TopK 576→4608 k=32 training) of `workbench train` streaming and "
         "cache-fed / sae-lens's LanguageModelSAETrainingRunner on the same windows. Targets (issue 3): streaming ≥ "
-        "1.0× sae-lens, cache-fed ≥ 2× streaming. No GPU run: sae/train.py has no device option yet.",
+        "1.0× sae-lens, cache-fed ≥ 2× streaming. Below ~65k tokens the streaming contestant's shuffle buffer (16 "
+        "chunks × 32 windows × 128 tokens) forwards more tokens than it trains on, so --quick understates streaming. "
+        "No GPU run: sae/train.py has no device option yet.",
         check=targets.check_train, timeout_s=2400,
     ),
     Bench(

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from bench import run_all as ra
-from bench.results_md import MISSING, Emitted, Table, merge_device_columns, number, parse_markdown
+from bench.results_md import BLANK, MISSING, Emitted, Table, merge_device_columns, number, parse_markdown
 from bench.targets import Verdict, _compare
 
 GOOD = """
@@ -55,10 +55,11 @@ def _tables(md: str) -> list[list[list[str]]]:
 
 def test_parse_markdown_tables_notes_and_padding() -> None:
     """Tables are split from context lines; a short row is padded with an explicit MISSING cell."""
-    e = parse_markdown("header line\n| a | b | c |\n|---|:-:|---|\n| x | 1 | 2 |\n| y | 3 |\ntrailer\n")
+    text = "Moving model to device:  cpu\nheader line\n| a | b | c |\n|---|:-:|---|\n| x | 1 | 2 |\n| y | 3 |\n| z | | 4 |\ntrailer\n"
+    e = parse_markdown(text)
     assert e.notes == ["header line", "trailer"]
     assert e.tables[0].columns == ["a", "b", "c"]
-    assert e.tables[0].rows == [["x", "1", "2"], ["y", "3", MISSING]]
+    assert e.tables[0].rows == [["x", "1", "2"], ["y", "3", MISSING], ["z", BLANK, "4"]]
     assert number("1,234 tok/s") == 1234.0 and number("93.2%") == 93.2 and number("n/a") is None
 
 
