@@ -10,9 +10,11 @@ n_negatives windows from one source, the test third likewise:
 - RANDOM: any indexed window that is not a positive; RANDOM_NEGATIVE: windows with max activation ≤ threshold;
 - SIMILAR / SIMILAR_NEGATIVE: the windows most similar (mean cosine of MiniLM embeddings to the 400 highest-activating
   windows) excluding the positives (and, for SIMILAR_NEGATIVE, any window activating above the threshold).
+Negatives are drawn by `explainers.sampling.draw_negatives` (the one implementation the explainers use too; the top
+chunk is excluded) with seed + 1 and stored as a sample; a later run with the same settings reuses that sample.
 Every score records the score key, the negative source, the positive and negative window ids, the seed, the
-simulator/classifier/generator name, the prompt version and the LLM usage. Explanations already scored under the
-same key are skipped (resumable). A feature with no activations, or an empty / unparseable explanation, is
+negative sample's id and seed, the simulator/classifier/generator name, the prompt version and the LLM usage.
+Explanations already scored under the same key are skipped (resumable). A feature with no activations, or an empty / unparseable explanation, is
 recorded with a `status` and the batch goes on.
 """
 
@@ -55,10 +57,18 @@ from evaluation.simulation import (
 )
 from explainers.lexical import LexicalSimulator
 from explainers.records import Record, crop_record, make_record
+from explainers.sampling import (
+    NegativeConfig,
+    NegativeSource,
+    draw_negatives,
+    ensure_window_embeddings,
+    negative_params,
+)
 from explainers.simulate import Simulator
 from explainers.tree import top_chunk_size
+from workbench.embeddings import DEFAULT_EMBEDDING_MODEL
 from workbench.errors import WorkbenchError
-from workbench.store import ExplanationRecord, ScoreRecord, Store
+from workbench.store import ExplanationRecord, Sample, ScoreRecord, Store
 
 log = logging.getLogger(__name__)
 
@@ -72,7 +82,7 @@ SCORER_VERSIONS = {
     "cosy": COSY_SCORER_VERSION,
 }
 # Embedding model used for close negatives (tree-explainer spec: offline default all-MiniLM-L6-v2).
-EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+EMBEDDING_MODEL = DEFAULT_EMBEDDING_MODEL
 
 
 class ScoreConfigError(WorkbenchError):
@@ -228,7 +238,7 @@ def _third(ids: Sequence[int], part: int = 2) -> list[int]:
 
 
 class TestSetBuilder:
-    """Draws and caches test sets per (feature, negative source)."""
+    """Draws and caches test sets per (feature, negative source); negatives come from `explainers.sampling`."""
 
     def __init__(self, store: Store, sae_id: str, config: ScoreConfig, backends: ScoreBackends) -> None:
         """Bind to an indexed SAE."""
@@ -245,22 +255,7 @@ class TestSetBuilder:
             )
         self.corpus = progress.corpus
         self.all_ids = store.indexed_window_ids(sae_id)
-        self._emb: tuple[np.ndarray, np.ndarray] | None = None
-
-    def _embeddings(self) -> tuple[np.ndarray, np.ndarray]:
-        """(window ids, normalised embeddings) of every indexed window, embedding missing ones once."""
-        if self._emb is None:
-            missing = self.store.windows_missing_embeddings(self.corpus, EMBEDDING_MODEL)
-            missing = np.intersect1d(missing, self.all_ids)
-            if missing.size:
-                texts = self.store.window_texts(self.corpus, missing)
-                vecs = np.asarray(self.backends.embed()(texts), dtype=np.float32)
-                vecs /= np.maximum(np.linalg.norm(vecs, axis=1, keepdims=True), 1e-12)
-                self.store.add_window_embeddings(self.corpus, EMBEDDING_MODEL, missing, vecs)
-            emb = self.store.window_embeddings(self.corpus, EMBEDDING_MODEL)
-            keep = np.isin(emb.window_ids, self.all_ids)
-            self._emb = (emb.window_ids[keep], emb.embeddings_ND[keep])
-        return self._emb
+        self._embedded = False
 
     def positives(self, feature: int) -> tuple[list[int], int]:
         """(3 × n_positives window ids sorted by activation, top-chunk size) drawn with the seed."""
@@ -274,29 +269,25 @@ class TestSetBuilder:
         take = take[np.lexsort((ids[take], -vals[take]))]
         return [int(i) for i in ids[take]], chunk
 
-    def negatives(self, feature: int, exclude: np.ndarray) -> list[int]:
-        """3 × n_negatives window ids from the configured source (most similar first for SIMILAR*)."""
+    def negatives(self, feature: int, exclude: np.ndarray) -> Sample:
+        """3 × n_negatives window ids from the configured source (most similar first for SIMILAR*), as a stored
+        sample: `explainers.sampling.draw_negatives` draws it once with seed + 1, later runs reuse it."""
         cfg = self.config
-        k = 3 * cfg.n_negatives
-        maxima = self.store.window_maxima(self.sae_id, feature)
-        activating = maxima.window_ids[maxima.values > cfg.threshold]
-        pool = np.setdiff1d(self.all_ids, exclude)
-        if cfg.negatives.endswith("NEGATIVE"):
-            pool = np.setdiff1d(pool, activating)
-        if cfg.negatives.startswith("RANDOM"):
-            rng = np.random.default_rng(cfg.seed + 1)
-            return [int(i) for i in rng.choice(pool, size=min(k, len(pool)), replace=False)]
-        ids, emb_ND = self._embeddings()
-        top = [e.window_id for e in self.store.top_examples(self.sae_id, feature, k=cfg.reference_size)]
-        ref = emb_ND[np.isin(ids, top)]
-        if ref.size == 0:
-            return []
-        # Mean cosine to the reference set = cosine to the mean of its normalised embeddings (tree-explainer spec).
-        sim = emb_ND @ ref.mean(axis=0)
-        ok = np.isin(ids, pool)
-        cand, cand_sim = ids[ok], sim[ok]
-        order = np.lexsort((cand, -cand_sim))[:k]  # exact top-k, ties by window id
-        return [int(i) for i in cand[order]]
+        source = NegativeSource(cfg.negatives)
+        k, seed = 3 * cfg.n_negatives, cfg.seed + 1
+        neg_cfg = NegativeConfig(
+            reference_size=cfg.reference_size, threshold=cfg.threshold, embedding_model=EMBEDDING_MODEL
+        )
+        params = negative_params(k, neg_cfg, exclude)
+        for stored in self.store.samples(self.sae_id, feature, source.value):
+            if stored.seed == seed and stored.config == params:
+                return stored
+        if source.value.startswith("SIMILAR") and not self._embedded:
+            ensure_window_embeddings(self.store, self.sae_id, EMBEDDING_MODEL)  # once; a no-op when embedded
+            self._embedded = True
+        return draw_negatives(
+            self.store, self.sae_id, feature, source, k=k, seed=seed, config=neg_cfg, exclude=exclude
+        )
 
     def build(self, feature: int) -> TestSet:
         """Test positives and negatives of a feature (the test third of each draw)."""
@@ -304,9 +295,10 @@ class TestSetBuilder:
         # Exclude the whole top chunk from negatives so no positive candidate becomes a negative.
         maxima = self.store.window_maxima(self.sae_id, feature)
         top_chunk = maxima.window_ids[np.lexsort((maxima.window_ids, -maxima.values))[:chunk]]
-        neg_ids = (
-            self.negatives(feature, np.union1d(top_chunk, pos_ids)) if self.config.scorer != "cosy" else []
-        )
+        sample = None
+        if self.config.scorer != "cosy" and pos_ids:
+            sample = self.negatives(feature, np.union1d(top_chunk, pos_ids))
+        neg_ids = sample.window_ids if sample is not None else []
         test_pos, test_neg = _third(pos_ids), _third(neg_ids)
         length = self.config.record_length
         positives = _records(self.store, self.sae_id, self.corpus, feature, test_pos, length)
@@ -319,6 +311,8 @@ class TestSetBuilder:
                 "seed": self.config.seed,
                 "positive_ids": test_pos,
                 "negative_ids": test_neg,
+                "negative_sample_id": sample.id if sample is not None else None,
+                "negative_seed": sample.seed if sample is not None else None,
                 "top_chunk": int(chunk),
                 "threshold": self.config.threshold,
                 "reference_size": self.config.reference_size,

@@ -207,3 +207,17 @@ def test_scoring_is_resumable_and_records_failures_and_provenance(small: Store) 
     # RANDOM_NEGATIVE windows never activate the feature.
     acts = small.window_activations(SAE_ID, DEF_FEATURE, prov["negative_ids"])
     assert float(acts.max()) == 0.0
+    # The negatives are a sample stored by explainers.sampling (seed + 1); its test third is what was scored.
+    (sample,) = small.samples(SAE_ID, DEF_FEATURE, "RANDOM_NEGATIVE")
+    assert prov["negative_sample_id"] == sample.id and prov["negative_seed"] == sample.seed == 4
+    assert sample.window_ids[2::3] == prov["negative_ids"] and len(sample.window_ids) == 30
+    assert sample.config["n_excluded"] >= len(prov["positive_ids"])
+    # Another scorer with the same draw settings reuses the stored sample instead of drawing a new one.
+    run_scoring(small, SAE_ID, ScoreConfig("detection", "RANDOM_NEGATIVE", seed=3), progress=False)
+    (det,) = [
+        s
+        for s in small.scores(sae_id=SAE_ID, scorer="detection")
+        if s.metrics["status"] == "ok" and s.explanation_id == ok.explanation_id
+    ]
+    assert det.provenance["negative_sample_id"] == sample.id
+    assert len(small.samples(SAE_ID, DEF_FEATURE, "RANDOM_NEGATIVE")) == 1
