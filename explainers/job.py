@@ -4,9 +4,9 @@
 
 Each feature's explanation is keyed by a hash of (SAE, feature, explainer + version, prompt version, LLM model and
 sampling parameters, sampling config). Finished features are committed in batches — one transaction per 64
-features or per second, whichever comes first (one commit per feature cost ~10 ms each) — so a killed job loses at
-most the features in flight plus about a second of finished work, and a rerun skips everything stored (no
-duplicates, no losses). Features with no
+features or per 0.25 s, whichever comes first (a commit per feature cost ~10 ms each; slow LLM-bound features still
+get one commit each) — so a killed job loses at most the features in flight plus a quarter second of finished work,
+and a rerun skips everything stored (no duplicates, no losses). Features with no
 activations are stored as dead (`extra["status"] == "dead"`, empty text), not explained. An LLM error that retries
 cannot fix (wrong key, endpoint down) cancels the features in flight — none of them is written, while features
 already finished are — and stops the job with one error; rerun the same command to resume.
@@ -191,6 +191,10 @@ class _Lease:
             self._stack.enter_context(self.store.session())
             self._since = time.monotonic()
 
+    def due(self) -> bool:
+        """Whether the next `renew` will release the connection (other processes get their turn)."""
+        return self._stack is not None and time.monotonic() - self._since >= self.seconds
+
     def renew(self) -> None:
         """Release and reacquire when the lease is older than `seconds`."""
         if self._stack is not None and time.monotonic() - self._since >= self.seconds:
@@ -221,12 +225,14 @@ class ExplainJob:
         lease_s: float = 1.0,
         use_cache: bool = True,
         batch_size: int = 64,
+        flush_s: float = 0.25,
     ) -> None:
         """Set up; `llm=None` runs the offline (lexical) variant, which `oneshot` does not have.
 
         `use_cache=False` skips the store's LLM response cache (benchmarks; forcing fresh samples). Finished
-        features are written in one transaction per `batch_size` features or per `lease_s` seconds, whichever
-        comes first (a commit costs ~10 ms; a kill loses at most that much finished work).
+        features are written in one transaction per `batch_size` features or per `flush_s` seconds, whichever
+        comes first, and always before the lease lets other processes in (a commit costs ~10 ms; a kill loses at
+        most `flush_s` of finished work).
         """
         if llm is None and config.explainer in LLM_ONLY:
             from explainers.llm_config import LLMNotConfiguredError
@@ -243,6 +249,7 @@ class ExplainJob:
         self.lease = _Lease(store, lease_s)
         self.use_cache = use_cache
         self.batch_size = max(1, batch_size)
+        self.flush_s = flush_s
         self.ledger = UsageLedger()
         progress_row = store.index_progress(sae_id)
         if progress_row is None:
@@ -304,7 +311,11 @@ class ExplainJob:
                 finished.append(record)
                 dead += record.extra.get("status") == "dead"
                 bar.update(1)
-                if len(finished) >= self.batch_size or time.monotonic() - last_flush >= self.lease.seconds:
+                if (
+                    len(finished) >= self.batch_size
+                    or time.monotonic() - last_flush >= self.flush_s
+                    or self.lease.due()
+                ):
                     flush()
                 self.lease.renew()
 

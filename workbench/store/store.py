@@ -876,7 +876,11 @@ class Store:
                     [keys],
                 )
             ids: dict[str, int] = {str(k): int(i) for i, k in found.fetchall()}
-            new = list({r.config_key: r for r in reversed(records) if r.config_key not in ids}.values())[::-1]
+            first: dict[str, ExplanationRecord] = {}
+            for r in records:
+                if r.config_key not in ids:
+                    first.setdefault(r.config_key, r)
+            new = list(first.values())
             rows = [_explanation_row(r) for r in new]
             columns = ", ".join(_EXPLANATION_COLUMNS)
             if len(rows) == 1:

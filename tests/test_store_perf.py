@@ -1,0 +1,164 @@
+"""The store's fast paths keep their answers: attach/detach sessions, session caches, batched explanation writes,
+the memory-mapped embedding copy, and exact top-k by argpartition."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from explainers.sampling import top_k_by_score
+from workbench.store import ExplanationRecord, Store, StoreBusyError
+from workbench.store.connection import HUB
+from workbench.store.vectors import vectors_dir
+
+
+def _acts(feature: int, windows: list[int], values: list[float]) -> pa.Table:
+    n = len(windows)
+    return pa.table({"feature": np.full(n, feature, np.int32), "window_id": np.array(windows, np.int64),
+                     "position": np.ones(n, np.int16), "value": np.array(values, np.float32)})  # fmt: skip
+
+
+def _windows(ids: list[int], t: int = 4) -> dict:
+    n = len(ids)
+    return {"window_ids": np.array(ids), "tokens_BT": np.ones((n, t), np.int32), "mask_BT": np.ones((n, t), bool),
+            "texts": [f"w{i}" for i in ids], "token_strings": [["a"] * t] * n, "sources": ["s"] * n,
+            "offsets": np.zeros(n, np.int64)}  # fmt: skip
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> Store:
+    s = Store.open(tmp_path / "s.duckdb")
+    s.register_sae("sae", "tiny", "blocks.0.hook_resid_post", 4, 8, {})
+    s.start_index("sae", "c", 4, None, {})
+    s.add_index_batch("sae", "c", _windows([0, 1, 2]), _acts(0, [0, 2], [1.0, 3.0]), 3, 9)
+    s.finalize_index("sae")
+    return s
+
+
+def test_session_releases_the_file_for_other_processes(store: Store) -> None:
+    code = "import sys, duckdb; duckdb.connect(sys.argv[1]).close(); print('ok')"
+    with store.session():
+        held = subprocess.run([sys.executable, "-c", code, str(store.path)], capture_output=True, text=True)
+    assert held.returncode != 0 and "lock" in held.stderr.lower()
+    free = subprocess.run([sys.executable, "-c", code, str(store.path)], capture_output=True, text=True)
+    assert free.stdout.strip() == "ok", free.stderr
+
+
+def test_read_write_session_waits_for_a_read_only_one_in_this_process(store: Store) -> None:
+    reader = Store.open(store.path, read_only=True)
+    writer = Store.open(store.path, busy_timeout_s=0.2)
+    with reader.session():
+        assert reader.index_progress("sae") is not None
+        with pytest.raises(StoreBusyError):
+            writer.add_eval("sae", "x", {})
+    writer.add_eval("sae", "x", {})
+    # A read-only session shares a read-write attachment of this process.
+    with writer.session():
+        assert len(reader.evals("sae")) == 1
+
+
+def test_session_cache_sees_this_process_writes(store: Store) -> None:
+    with store.session():
+        before = store.index_progress("sae")
+        assert before is not None and before.next_window == 3 and before.finalized
+        assert store.indexed_window_ids("sae").tolist() == [0, 1, 2]
+        assert store.window_maxima("sae", 0).window_ids.tolist() == [0, 2]
+        store.add_index_batch("sae", "c", _windows([3]), _acts(0, [3], [5.0]), 4, 3)
+        after = store.index_progress("sae")
+        assert after is not None and after.next_window == 4 and not after.finalized
+        assert store.indexed_window_ids("sae").tolist() == [0, 1, 2, 3]
+        store.finalize_index("sae")
+        assert store.window_maxima("sae", 0).window_ids.tolist() == [0, 2, 3]
+        assert store.top_examples("sae", 0, 1)[0].window_id == 3
+    # Callers may modify what they get without touching the cache.
+    with store.session():
+        ids = store.indexed_window_ids("sae")
+        ids[:] = -1
+        assert store.indexed_window_ids("sae").tolist() == [0, 1, 2, 3]
+
+
+def test_session_cache_is_invalidated_by_another_thread_of_this_process(store: Store) -> None:
+    import threading
+
+    other = Store.open(store.path)
+    with store.session():
+        assert store.get_sae("sae").metrics == {}
+        generation = HUB.generation(store.path)
+        t = threading.Thread(target=other.update_sae_metrics, args=("sae", {"l0": 3}))
+        t.start()
+        t.join()
+        assert HUB.generation(store.path) > generation
+        assert store.get_sae("sae").metrics == {"l0": 3}
+
+
+def _record(feature: int, key: str, text: str = "t") -> ExplanationRecord:
+    return ExplanationRecord("sae", feature, "lexical", "1", "", "", {"a": 1}, {"k": 2}, [1, 2], [3], text, key,
+                             rules=[{"r": 1}], extra={"x": [1]}, tokens_in=4, tokens_out=5, seconds=0.5)  # fmt: skip
+
+
+def test_add_explanations_batch_returns_ids_in_order_and_skips_stored_keys(store: Store) -> None:
+    first = store.add_explanation(_record(0, "k0"))
+    ids = store.add_explanations(
+        [_record(1, "k1"), _record(0, "k0", "again"), _record(2, "k2"), _record(1, "k1")]
+    )
+    assert ids[1] == first and ids[0] == ids[3] and len(set(ids)) == 3
+    rows = store.explanations("sae")
+    assert [(e.feature, e.config_key, e.text) for e in rows] == [
+        (0, "k0", "t"),
+        (1, "k1", "t"),
+        (2, "k2", "t"),
+    ]
+    e = store.get_explanation(ids[2])
+    assert (e.rules, e.extra, e.example_ids, e.negative_ids, e.tokens_in, e.tokens_out, e.seconds) == (
+        [{"r": 1}],
+        {"x": [1]},
+        [1, 2],
+        [3],
+        4,
+        5,
+        0.5,
+    )
+    assert store.add_explanations([]) == []
+
+
+def test_embedding_copy_is_used_only_while_it_matches(store: Store) -> None:
+    rng = np.random.default_rng(0)
+    vecs = rng.normal(size=(3, 8)).astype(np.float32)
+    store.add_window_embeddings("c", "m", np.array([2, 0, 1]), vecs)
+    fetched = store.window_embeddings("c", "m")  # from DuckDB; writes the copy
+    assert fetched.window_ids.tolist() == [0, 1, 2]
+    np.testing.assert_array_equal(fetched.embeddings_ND, vecs[[1, 2, 0]])
+    assert len(list(vectors_dir(store.path).glob("*.f32.npy"))) == 1
+    mapped = store.window_embeddings("c", "m")
+    assert isinstance(mapped.embeddings_ND, np.memmap)
+    np.testing.assert_array_equal(mapped.embeddings_ND, vecs[[1, 2, 0]])
+    # More rows: the copy no longer matches, is replaced.
+    store.add_window_embeddings("c", "m", np.array([3]), vecs[:1] * 2)
+    grown = store.window_embeddings("c", "m")
+    assert not isinstance(grown.embeddings_ND, np.memmap) and grown.window_ids.tolist() == [0, 1, 2, 3]
+    assert len(list(vectors_dir(store.path).glob("*.f32.npy"))) == 1
+    # A copy whose content differs from the table (e.g. a store rebuilt at the same path) is ignored.
+    (copy,) = vectors_dir(store.path).glob("*.f32.npy")
+    tampered = np.load(copy)
+    tampered[-1] += 1
+    np.save(copy, tampered)
+    again = store.window_embeddings("c", "m")
+    assert not isinstance(again.embeddings_ND, np.memmap)
+    np.testing.assert_array_equal(again.embeddings_ND[-1], vecs[0] * 2)
+
+
+def test_top_k_by_score_is_exact_with_ties() -> None:
+    ids = np.array([5, 3, 9, 1, 7, 2])
+    scores = np.array([0.5, 0.9, 0.5, 0.5, 0.1, 0.9], np.float32)
+    assert top_k_by_score(ids, scores, 3).tolist() == [2, 3, 1]
+    assert top_k_by_score(ids, scores, 4).tolist() == [2, 3, 1, 5]
+    assert top_k_by_score(ids, scores, 10).tolist() == [2, 3, 1, 5, 9, 7]
+    assert top_k_by_score(ids, scores, 0).tolist() == []
+    rng = np.random.default_rng(1)
+    many = rng.permutation(5000)
+    rounded = rng.integers(0, 50, 5000).astype(np.float32)  # many ties
+    reference = many[np.lexsort((many, -rounded))][:37]
+    assert top_k_by_score(many, rounded, 37).tolist() == reference.tolist()
