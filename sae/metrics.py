@@ -11,16 +11,18 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import torch
 import torch.nn.functional as F
 from sae_lens import SAE
+from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer
 
 from workbench import paths
+from workbench.models import stop_layer
 
 METRICS_FILENAME = "metrics.json"
 # A feature firing on more than 10% of tokens counts as dense (SAEBench's core eval uses the same cut-off).
@@ -71,6 +73,9 @@ METRICS: dict[str, MetricInfo] = {
     "kl_zero": MetricInfo(False, "mean KL(clean ‖ zero-ablated) per token (reference; lower is better)"),
     "kl_recovered": MetricInfo(True, "1 − KL_sae / KL_zero (higher is better, 1 = as good as clean)"),
     "n_tokens": MetricInfo(None, "held-out tokens evaluated (BOS and special positions excluded)"),
+    "n_ce_tokens": MetricInfo(
+        None, "predicting positions behind the CE/KL metrics (the first --ce-windows windows)"
+    ),
 }
 
 
@@ -156,6 +161,64 @@ def _spliced_logits(
     return model.run_with_hooks(tokens_BT, fwd_hooks=[(hook, hook_fn)])
 
 
+@dataclass
+class _Sums:
+    """Running float64 sums over held-out tokens, so no per-token tensor outlives its batch."""
+
+    d_sae: int
+    n: int = 0
+    err: float = 0.0
+    sq: float = 0.0
+    cos: float = 0.0
+    l0: float = 0.0
+    l1: float = 0.0
+    x_sum: torch.Tensor | None = None
+    fire_counts: torch.Tensor | None = None
+    n_pred: int = 0
+    ce: dict[str, float] = field(default_factory=lambda: {"clean": 0.0, "sae": 0.0, "zero": 0.0})
+    kl: dict[str, float] = field(default_factory=lambda: {"sae": 0.0, "zero": 0.0})
+
+    def add_reconstruction(self, x_ND: torch.Tensor, feats_NF: torch.Tensor, recon_ND: torch.Tensor) -> None:
+        """Accumulate MSE / EV / cosine / L0 / L1 / firing counts of one batch."""
+        x64 = x_ND.double()
+        self.n += x_ND.shape[0]
+        self.err += float((x64 - recon_ND.double()).pow(2).sum())
+        self.sq += float(x64.pow(2).sum())
+        self.x_sum = x64.sum(0) if self.x_sum is None else self.x_sum + x64.sum(0)
+        self.cos += float(F.cosine_similarity(x_ND, recon_ND, dim=-1).double().sum())
+        active_NF = feats_NF != 0
+        fired_F = active_NF.sum(0).double()
+        self.fire_counts = fired_F if self.fire_counts is None else self.fire_counts + fired_F
+        self.l0 += float(fired_F.sum())
+        self.l1 += float(feats_NF.abs().double().sum())
+
+    def explained_variance(self) -> float:
+        """1 − Σ‖x − x̂‖² / Σ‖x − mean(x)‖², from the running sums (Σ‖x − μ‖² = Σ‖x‖² − N‖μ‖²)."""
+        if not self.n or self.x_sum is None:
+            return math.nan
+        var = self.sq - float(self.x_sum.pow(2).sum()) / self.n
+        return 1 - self.err / var if var > 0 else math.nan
+
+
+def _ce_kl_into(
+    sums: _Sums,
+    clean_logp_NV: torch.Tensor,
+    other_BTV: torch.Tensor,
+    pred_BT: torch.Tensor,
+    targets_N: torch.Tensor,
+    name: str,
+    chunk: int,
+) -> None:
+    """Add CE(other) and KL(clean ‖ other) over predicting positions, `chunk` positions at a time."""
+    b_N, t_N = pred_BT.nonzero(as_tuple=True)  # row-major, the order of boolean-mask indexing
+    for i in range(0, b_N.shape[0], chunk):
+        other_logp = other_BTV[b_N[i : i + chunk], t_N[i : i + chunk]].float().log_softmax(-1)
+        clean_logp = clean_logp_NV[i : i + chunk]
+        tgt = targets_N[i : i + chunk]
+        sums.ce[name] += float(-other_logp.gather(1, tgt[:, None]).double().sum())
+        sums.kl[name] += float((clean_logp.exp() * (clean_logp - other_logp)).sum(-1).double().sum())
+
+
 @torch.no_grad()
 def evaluate_sae(
     sae: SAE[Any],
@@ -164,69 +227,125 @@ def evaluate_sae(
     batches: Iterable[tuple[torch.Tensor, torch.Tensor]],
     *,
     with_ce: bool = True,
+    ce_windows: int | None = None,
+    batch_windows: int = 8,
+    total_windows: int | None = None,
+    progress: bool = False,
+    chunk_positions: int = 256,
 ) -> dict[str, Any]:
     """All metrics on held-out (tokens_BT, mask_BT) batches; mask False (BOS/special) positions are excluded.
 
-    Reconstruction metrics use activations at masked-in positions. CE/KL compare next-token predictions at
-    masked-in positions with the SAE reconstruction spliced in, the hook zero-ablated, and clean activations.
+    Reconstruction metrics use activations at masked-in positions of every window (a forward that stops right after
+    the hook). CE/KL compare next-token predictions at masked-in positions with the SAE reconstruction spliced in,
+    the hook zero-ablated, and clean activations — on the first `ce_windows` windows only (None: all; 0 or
+    `with_ce=False`: none). Those windows take one clean pass (activations + logits together) and two spliced
+    passes; each logits tensor is reduced to per-position CE/KL right away. Windows go through the model
+    `batch_windows` at a time, whatever the batch size of `batches`.
     """
-    assert model is not None, "evaluate_sae needs the model to read activations"
+    if model is None:
+        raise ValueError("evaluate_sae needs the model to read activations")
     sae.eval()
-    xs, recons, fire_counts = [], [], torch.zeros(sae.cfg.d_sae)
-    l1_sum, l0_sum, n = 0.0, 0.0, 0
-    ce = {"clean": 0.0, "sae": 0.0, "zero": 0.0}
-    kl = {"sae": 0.0, "zero": 0.0}
-    n_pred = 0
-    for tokens_BT, mask_BT in batches:
-        mask_BT = mask_BT.bool()
-        _, cache = model.run_with_cache(tokens_BT, names_filter=[hook])
-        acts_BTD = cache[hook]
-        x_ND = acts_BTD[mask_BT].float()
-        feats_NF = sae.encode(x_ND)
-        recon_ND = sae.decode(feats_NF)
-        xs.append(x_ND)
-        recons.append(recon_ND)
-        fire_counts += (feats_NF != 0).sum(0).float()
-        l0_sum += float((feats_NF != 0).float().sum())
-        l1_sum += float(feats_NF.abs().sum())
-        n += x_ND.shape[0]
-        if not with_ce:
-            continue
-        clean_BTV = model(tokens_BT)
+    ce_left = (ce_windows if ce_windows is not None else math.inf) if with_ce else 0
+    stop_at = stop_layer([hook])
+    stop_at_arg = stop_at if stop_at < model.cfg.n_layers else None
+    sums = _Sums(sae.cfg.d_sae)
+    bar = tqdm(total=total_windows, unit="win", desc="eval", disable=not progress)
 
-        def with_sae(act: torch.Tensor) -> torch.Tensor:
+    for big_tokens_BT, big_mask_BT in batches:
+        for start in range(0, big_tokens_BT.shape[0], batch_windows):
+            tokens_BT = big_tokens_BT[start : start + batch_windows]
+            mask_BT = big_mask_BT[start : start + batch_windows].bool()
+            n_ce = int(min(ce_left, tokens_BT.shape[0]))
+            ce_left -= n_ce
+            if n_ce:
+                _eval_part(model, sae, sums, tokens_BT[:n_ce], mask_BT[:n_ce], hook, None, chunk_positions)
+            if n_ce < tokens_BT.shape[0]:
+                _eval_part(model, sae, sums, tokens_BT[n_ce:], mask_BT[n_ce:], hook, stop_at_arg, None)
+            bar.update(tokens_BT.shape[0])
+    bar.close()
+    return _finish(sums, with_ce)
+
+
+def _eval_part(
+    model: HookedTransformer,
+    sae: SAE[Any],
+    sums: _Sums,
+    tokens_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    hook: str,
+    stop_at: int | None,
+    ce_chunk: int | None,
+) -> None:
+    """Reconstruction sums for one batch; with `ce_chunk`, also CE/KL from the same (full) clean forward."""
+    if ce_chunk is None:
+        _, cache = model.run_with_cache(tokens_BT, names_filter=[hook], stop_at_layer=stop_at)
+    else:
+        logits, cache = model.run_with_cache(tokens_BT, names_filter=[hook])
+    x_ND = cache[hook][mask_BT].float()
+    del cache
+    feats_NF = sae.encode(x_ND)
+    sums.add_reconstruction(x_ND, feats_NF, sae.decode(feats_NF))
+    if ce_chunk is not None:
+
+        def reconstruct(act: torch.Tensor) -> torch.Tensor:
             return sae.decode(sae.encode(act.float()))
 
-        sae_BTV = _spliced_logits(model, tokens_BT, hook, mask_BT, with_sae)
-        zero_BTV = _spliced_logits(model, tokens_BT, hook, mask_BT, torch.zeros_like)
         # Predict token t+1 from position t, only where position t is a real (masked-in) token.
-        pred_BT = mask_BT[:, :-1]
-        targets_N = tokens_BT[:, 1:][pred_BT]
-        for name, logits in (("clean", clean_BTV), ("sae", sae_BTV), ("zero", zero_BTV)):
-            ce[name] += float(F.cross_entropy(logits[:, :-1][pred_BT].float(), targets_N, reduction="sum"))
-        clean_NV = clean_BTV[:, :-1][pred_BT].float()
-        kl["sae"] += float(kl_divergence(clean_NV, sae_BTV[:, :-1][pred_BT].float()).sum())
-        kl["zero"] += float(kl_divergence(clean_NV, zero_BTV[:, :-1][pred_BT].float()).sum())
-        n_pred += int(pred_BT.sum())
-    x_all, r_all = torch.cat(xs), torch.cat(recons)
-    density_F = feature_density(fire_counts, n)
+        clean_logp_NV = cast(torch.Tensor, logits)[:, :-1][mask_BT[:, :-1]].float()
+        del logits  # only the predicting positions stay alive
+        _splice_ce_kl(model, sums, clean_logp_NV, tokens_BT, mask_BT, hook, reconstruct, ce_chunk)
+
+
+def _splice_ce_kl(
+    model: HookedTransformer,
+    sums: _Sums,
+    clean_logp_NV: torch.Tensor,
+    tokens_BT: torch.Tensor,
+    mask_BT: torch.Tensor,
+    hook: str,
+    reconstruct: Any,
+    chunk: int,
+) -> None:
+    """CE of clean, SAE-spliced and zero-ablated forwards and the two KLs, for one batch of windows.
+
+    `clean_logp_NV` holds the clean logits at predicting positions; it is turned into log-probabilities in place.
+    """
+    pred_BT = mask_BT[:, :-1]
+    targets_N = tokens_BT[:, 1:][pred_BT]
+    for i in range(0, clean_logp_NV.shape[0], chunk):  # in place: no second (N, V) tensor
+        clean_logp_NV[i : i + chunk] = clean_logp_NV[i : i + chunk].log_softmax(-1)
+    sums.ce["clean"] += float(-clean_logp_NV.gather(1, targets_N[:, None]).double().sum())
+    for name, replace in (("sae", reconstruct), ("zero", torch.zeros_like)):
+        other_BTV = _spliced_logits(model, tokens_BT, hook, mask_BT, replace)
+        _ce_kl_into(sums, clean_logp_NV, other_BTV, pred_BT, targets_N, name, chunk)
+        del other_BTV
+    sums.n_pred += int(pred_BT.sum())
+
+
+def _finish(sums: _Sums, with_ce: bool) -> dict[str, Any]:
+    """The metrics dict from the running sums."""
+    n = max(sums.n, 1)
+    fire_counts = sums.fire_counts if sums.fire_counts is not None else torch.zeros(sums.d_sae)
+    density_F = feature_density(fire_counts, sums.n)
+    ev = sums.explained_variance()
     out: dict[str, Any] = {
-        "mse": mse(x_all, r_all),
-        "explained_variance": explained_variance(x_all, r_all),
-        "cosine": cosine(x_all, r_all),
-        "l0": l0_sum / max(n, 1),
-        "l1": l1_sum / max(n, 1),
+        "mse": sums.err / n,
+        "explained_variance": ev,
+        "cosine": sums.cos / n,
+        "l0": sums.l0 / n,
+        "l1": sums.l1 / n,
         "dead_fraction": dead_fraction(density_F),
         "dense_fraction": dense_fraction(density_F),
-        "n_tokens": n,
+        "n_tokens": sums.n,
     }
-    out["fvu"] = 1 - out["explained_variance"]
-    if with_ce and n_pred:
-        c = {k: v / n_pred for k, v in ce.items()}
+    out["fvu"] = 1 - ev
+    if with_ce and sums.n_pred:
+        c = {k: v / sums.n_pred for k, v in sums.ce.items()}
         out.update({"ce_loss_clean": c["clean"], "ce_loss_sae": c["sae"], "ce_loss_zero": c["zero"]})
         out["ce_loss_recovered"] = recovered(c["clean"], c["sae"], c["zero"])
-        out["kl_sae"], out["kl_zero"] = kl["sae"] / n_pred, kl["zero"] / n_pred
+        out["kl_sae"], out["kl_zero"] = sums.kl["sae"] / sums.n_pred, sums.kl["zero"] / sums.n_pred
         out["kl_recovered"] = 1 - out["kl_sae"] / out["kl_zero"] if out["kl_zero"] > 0 else math.nan
+        out["n_ce_tokens"] = sums.n_pred
     out["density_histogram"] = density_histogram(density_F)
     return out
 

@@ -11,7 +11,7 @@ from sae.cli import train
 from sae.io import load_sae
 
 
-@pytest.mark.slow  # ~80 s on the shared 2-core machine (three forward passes for CE/KL)
+@pytest.mark.slow  # trains and evaluates on the tiny model (CE/KL on 2 of 8 windows)
 def test_train_command_on_tiny_model(tmp_path: Path):
     corpus = tmp_path / "c.txt"
     import inspect
@@ -41,6 +41,8 @@ def test_train_command_on_tiny_model(tmp_path: Path):
         str(out),
         "--eval-windows",
         "8",
+        "--ce-windows",
+        "2",
         "--checkpoint-every",
         "0",
     ]
@@ -49,4 +51,6 @@ def test_train_command_on_tiny_model(tmp_path: Path):
     assert "explained_variance" in result.output and "higher is better" in result.output
     metrics = json.loads((out / "metrics.json").read_text())
     assert metrics["metrics"]["n_tokens"] > 0 and "ce_loss_recovered" in metrics["metrics"]
+    assert 0 < metrics["metrics"]["n_ce_tokens"] <= 2 * 31 < metrics["metrics"]["n_tokens"]
+    assert metrics["eval_config"]["ce_windows"] == 2
     assert load_sae(out).cfg.d_sae == 128

@@ -105,3 +105,68 @@ def test_splice_metrics_on_tiny_model(tiny_model, tmp_path):
     assert saved["directions"]["explained_variance"]["higher_is_better"] is True
     assert saved["directions"]["mse"]["higher_is_better"] is False
     assert saved["eval_config"] == {"hook": hook}
+
+
+def _reference_metrics(sae, model, hook, tokens, mask):
+    """The original (slow) definition: full forwards, whole logits tensors, metrics on concatenated tokens."""
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens, names_filter=[hook])
+        x = cache[hook][mask].float()
+        feats = sae.encode(x)
+        recon = sae.decode(feats)
+
+        def run(replace):
+            def fn(act, hook):
+                return torch.where(mask.unsqueeze(-1), replace(act).to(act.dtype), act)
+
+            return model.run_with_hooks(tokens, fwd_hooks=[(hook, fn)])
+
+        clean = model(tokens)
+        spliced = run(lambda a: sae.decode(sae.encode(a.float())))
+        zero = run(torch.zeros_like)
+    pred = mask[:, :-1]
+    targets = tokens[:, 1:][pred]
+    ce = {
+        name: float(torch.nn.functional.cross_entropy(logits[:, :-1][pred], targets))
+        for name, logits in (("clean", clean), ("sae", spliced), ("zero", zero))
+    }
+    clean_n = clean[:, :-1][pred]
+    return {
+        "explained_variance": m.explained_variance(x, recon),
+        "mse": m.mse(x, recon),
+        "cosine": m.cosine(x, recon),
+        "l0": m.l0(feats),
+        "l1": m.l1(feats),
+        "ce_loss_clean": ce["clean"],
+        "ce_loss_sae": ce["sae"],
+        "ce_loss_zero": ce["zero"],
+        "kl_sae": float(m.kl_divergence(clean_n, spliced[:, :-1][pred]).mean()),
+        "kl_zero": float(m.kl_divergence(clean_n, zero[:, :-1][pred]).mean()),
+    }
+
+
+def test_fast_path_equals_reference_definition(tiny_model):
+    from sae_lens import TopKTrainingSAE, TopKTrainingSAEConfig
+
+    torch.manual_seed(1)
+    tokens = torch.randint(1, 5000, (5, 20))
+    tokens[:, 0] = 0
+    mask = torch.rand(5, 20) > 0.2
+    mask[:, 0] = False
+    hook = "blocks.0.hook_resid_post"
+    sae = TopKTrainingSAE(TopKTrainingSAEConfig(d_in=64, d_sae=128, k=8))
+    expected = _reference_metrics(sae, tiny_model, hook, tokens, mask)
+    # Batches of 3 and 2 windows, sub-batched by 2, positions reduced 7 at a time: every chunk boundary is crossed.
+    batches = [(tokens[:3], mask[:3]), (tokens[3:], mask[3:])]
+    got = m.evaluate_sae(sae, tiny_model, hook, batches, batch_windows=2, chunk_positions=7)
+    for name, value in expected.items():
+        assert got[name] == pytest.approx(value, rel=1e-4, abs=1e-5), name
+    assert got["n_tokens"] == int(mask.sum())
+    assert got["n_ce_tokens"] == int(mask[:, :-1].sum())
+    # CE on the first 2 windows only: reconstruction metrics unchanged, CE equals the reference on those windows.
+    part = m.evaluate_sae(sae, tiny_model, hook, batches, ce_windows=2, batch_windows=2)
+    assert part["explained_variance"] == pytest.approx(expected["explained_variance"], rel=1e-4)
+    first_two = _reference_metrics(sae, tiny_model, hook, tokens[:2], mask[:2])
+    assert part["ce_loss_sae"] == pytest.approx(first_two["ce_loss_sae"], rel=1e-4)
+    assert part["kl_sae"] == pytest.approx(first_two["kl_sae"], rel=1e-4, abs=1e-6)
+    assert "ce_loss_clean" not in m.evaluate_sae(sae, tiny_model, hook, batches, ce_windows=0)
