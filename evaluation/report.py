@@ -1,9 +1,12 @@
 """Explainers × scorers comparison table of one SAE's feature set, as Markdown or CSV.
 
 One row per (explainer, scorer, negative source): the mean of the scorer's headline metric over the features scored
-OK, its 95% t CI, and how many scores were recorded as failures (no activations, unscorable explanation). A second
-table shows, per explainer and scorer, how much close negatives (SIMILAR_NEGATIVE) lower the score compared with
-RANDOM ones, over the features scored under both (tree paper: random negatives hide false positives).
+OK, its 95% t CI, how many scores were recorded as failures (no activations, unscorable explanation) and how many
+explanations were of dead features (recorded, not scored). A second table shows, per explainer and scorer, how much
+close negatives lower the score compared with random ones, paired over the features scored under both, for each
+pair present: SIMILAR_NEGATIVE vs RANDOM_NEGATIVE, SIMILAR_NEGATIVE vs RANDOM, SIMILAR vs RANDOM (tree paper:
+random negatives hide false positives). A third shows PRISM polysemanticity (mean pairwise cosine of a feature's
+descriptions vs the same for random descriptions of other features; lower = more distinct concepts).
 
     rows = collect_rows(store, sae_id);  print(render_markdown(rows, negative_deltas(store, sae_id)))
 """
@@ -55,6 +58,12 @@ class ReportRow:
     """Scores recorded with a non-ok status."""
     false_positive_tokens: float
     """Mean false-positive tokens per feature (simulation only; NaN otherwise; lower is better)."""
+    n_dead: int = 0
+    """Explanations of dead features (status "dead"): recorded, neither scored nor counted as failures."""
+
+
+# (close source, random source) pairs compared, when both were scored.
+DELTA_PAIRS = (("SIMILAR_NEGATIVE", "RANDOM_NEGATIVE"), ("SIMILAR_NEGATIVE", "RANDOM"), ("SIMILAR", "RANDOM"))
 
 
 @dataclass(frozen=True)
@@ -68,24 +77,47 @@ class NegativeDelta:
     metric: str
     """Headline metric."""
     random: float
-    """Mean under RANDOM."""
-    similar_negative: float
-    """Mean under SIMILAR_NEGATIVE."""
+    """Mean under the random source."""
+    close: float
+    """Mean under the close (similarity-based) source."""
     delta: float
-    """similar_negative − random (negative = close negatives lower the score)."""
+    """close − random (negative = close negatives lower the score)."""
     n_features: int
     """Features scored OK under both."""
+    close_source: str = "SIMILAR_NEGATIVE"
+    """The close source (SIMILAR_NEGATIVE or SIMILAR)."""
+    random_source: str = "RANDOM"
+    """The random source (RANDOM or RANDOM_NEGATIVE)."""
+
+
+@dataclass(frozen=True)
+class PolysemanticityRow:
+    """PRISM polysemanticity of one explainer's feature set (Kopf et al. NeurIPS 2025)."""
+
+    explainer: str
+    """Explainer name (PRISM)."""
+    similarity: float
+    """Mean over features of the mean pairwise cosine of their descriptions (lower = more polysemantic)."""
+    random_baseline: float
+    """Mean over features of the same for random descriptions of other features."""
+    n_features: int
+    """Features scored (≥ 2 descriptions)."""
+    n_skipped: int
+    """Features recorded unscored (dead, fewer than 2 descriptions)."""
 
 
 def _values(store: Store, sae_id: str, features: set[int] | None):
     """{(explainer, scorer, source): {"ok": {feature: value}, "fp": [...], "failed": n}} from the store."""
-    out: dict[tuple[str, str, str], dict] = defaultdict(lambda: {"ok": {}, "fp": [], "failed": 0})
+    out: dict[tuple[str, str, str], dict] = defaultdict(lambda: {"ok": {}, "fp": [], "failed": 0, "dead": 0})
     explanations = {e.id: e for e in store.explanations(sae_id=sae_id)}
     for s in store.scores(sae_id=sae_id):
         e = explanations.get(s.explanation_id)
         if e is None or (features is not None and e.feature not in features) or s.scorer not in HEADLINE:
             continue
         cell = out[(e.explainer, s.scorer, s.negative_source)]
+        if s.metrics.get("status") == "dead":
+            cell["dead"] += 1
+            continue
         if s.metrics.get("status", "ok") != "ok":
             cell["failed"] += 1
             continue
@@ -116,25 +148,66 @@ def collect_rows(store: Store, sae_id: str, features: list[int] | None = None) -
                 ci.n,
                 cell["failed"],
                 fp,
+                cell["dead"],
             )
         )
     return rows
 
 
 def negative_deltas(store: Store, sae_id: str, features: list[int] | None = None) -> list[NegativeDelta]:
-    """SIMILAR_NEGATIVE − RANDOM per explainer and scorer, over features scored under both."""
+    """Close − random per explainer, scorer and source pair (`DELTA_PAIRS`), over features scored under both."""
     cells = _values(store, sae_id, set(features) if features is not None else None)
     out = []
     for explainer, scorer in sorted({(k[0], k[1]) for k in cells}):
-        rand = cells.get((explainer, scorer, "RANDOM"), {"ok": {}})["ok"]
-        close = cells.get((explainer, scorer, "SIMILAR_NEGATIVE"), {"ok": {}})["ok"]
-        common = sorted(set(rand) & set(close))
-        if not common:
-            continue
-        r = float(np.mean([rand[f] for f in common]))
-        c = float(np.mean([close[f] for f in common]))
-        out.append(NegativeDelta(explainer, scorer, HEADLINE[scorer], r, c, c - r, len(common)))
+        for close_source, random_source in DELTA_PAIRS:
+            rand = cells.get((explainer, scorer, random_source), {"ok": {}})["ok"]
+            close = cells.get((explainer, scorer, close_source), {"ok": {}})["ok"]
+            common = sorted(set(rand) & set(close))
+            if not common:
+                continue
+            r = float(np.mean([rand[f] for f in common]))
+            c = float(np.mean([close[f] for f in common]))
+            out.append(
+                NegativeDelta(
+                    explainer, scorer, HEADLINE[scorer], r, c, c - r, len(common), close_source, random_source
+                )
+            )
     return out
+
+
+def polysemanticity_rows(
+    store: Store, sae_id: str, features: list[int] | None = None
+) -> list[PolysemanticityRow]:
+    """Per explainer: mean PRISM polysemanticity and random baseline over features (latest score per feature)."""
+    wanted = set(features) if features is not None else None
+    explanations = {e.id: e for e in store.explanations(sae_id=sae_id)}
+    cells: dict[str, dict] = defaultdict(lambda: {"ok": {}, "skipped": 0})
+    for s in store.scores(sae_id=sae_id, scorer="polysemanticity"):
+        e = explanations.get(s.explanation_id)
+        if e is None or (wanted is not None and e.feature not in wanted):
+            continue
+        if s.metrics.get("status") != "ok":
+            cells[e.explainer]["skipped"] += 1
+            continue
+        base = s.metrics.get("random_baseline")
+        cells[e.explainer]["ok"][e.feature] = (
+            float(s.metrics["similarity"]),
+            math.nan if base is None else float(base),
+        )
+    rows = []
+    for explainer, cell in sorted(cells.items()):
+        sims = [v[0] for v in cell["ok"].values()]
+        bases = [v[1] for v in cell["ok"].values() if not math.isnan(v[1])]
+        rows.append(
+            PolysemanticityRow(
+                explainer,
+                float(np.mean(sims)) if sims else math.nan,
+                float(np.mean(bases)) if bases else math.nan,
+                len(sims),
+                cell["skipped"],
+            )
+        )
+    return rows
 
 
 def _fmt(x: float, digits: int = 3) -> str:
@@ -142,40 +215,65 @@ def _fmt(x: float, digits: int = 3) -> str:
     return "–" if x is None or math.isnan(x) else f"{x:.{digits}f}"
 
 
-def render_markdown(rows: list[ReportRow], deltas: list[NegativeDelta], title: str = "") -> str:
-    """Both tables as Markdown."""
+def render_markdown(
+    rows: list[ReportRow],
+    deltas: list[NegativeDelta],
+    title: str = "",
+    polysemanticity: list[PolysemanticityRow] | None = None,
+) -> str:
+    """The tables as Markdown (the polysemanticity one when given)."""
     lines = [f"# {title}", ""] if title else []
     lines += [
         "Higher is better for every metric except false-positive tokens. CI = 95% Student-t interval over features.",
         "",
-        "| explainer | scorer | negatives | metric | mean | 95% CI | features | failed | FP tokens |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| explainer | scorer | negatives | metric | mean | 95% CI | features | failed | FP tokens | dead |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ci = f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]"
         lines.append(
             f"| {r.explainer} | {r.scorer} | {r.negative_source or '–'} | {r.metric} | {_fmt(r.mean)} | {ci} | "
-            f"{r.n_features} | {r.n_failed} | {_fmt(r.false_positive_tokens, 1)} |"
+            f"{r.n_features} | {r.n_failed} | {_fmt(r.false_positive_tokens, 1)} | {r.n_dead} |"
         )
     lines += [
         "",
         "Close vs random negatives (paired over features; negative Δ = close negatives lower the score):",
         "",
-        "| explainer | scorer | metric | RANDOM | SIMILAR_NEGATIVE | Δ | features |",
-        "|---|---|---|---|---|---|---|",
+        "| explainer | scorer | metric | close | random | close mean | random mean | Δ | features |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for d in deltas:
         lines.append(
-            f"| {d.explainer} | {d.scorer} | {d.metric} | {_fmt(d.random)} | {_fmt(d.similar_negative)} | "
-            f"{_fmt(d.delta)} | {d.n_features} |"
+            f"| {d.explainer} | {d.scorer} | {d.metric} | {d.close_source} | {d.random_source} | {_fmt(d.close)} | "
+            f"{_fmt(d.random)} | {_fmt(d.delta)} | {d.n_features} |"
         )
     if not deltas:
-        lines.append("| – | – | – | – | – | – | 0 |")
+        lines.append("| – | – | – | – | – | – | – | – | 0 |")
+    if polysemanticity:
+        lines += [
+            "",
+            "PRISM polysemanticity (mean pairwise cosine of a feature's descriptions; lower = more distinct "
+            "concepts), vs random descriptions of other features:",
+            "",
+            "| explainer | descriptions | random baseline | features | skipped |",
+            "|---|---|---|---|---|",
+        ]
+        for p in polysemanticity:
+            lines.append(
+                f"| {p.explainer} | {_fmt(p.similarity)} | {_fmt(p.random_baseline)} | {p.n_features} | "
+                f"{p.n_skipped} |"
+            )
     return "\n".join(lines) + "\n"
 
 
-def render_csv(rows: list[ReportRow], deltas: list[NegativeDelta]) -> str:
-    """One CSV: the cells, then the deltas as rows whose negative_source is 'SIMILAR_NEGATIVE-RANDOM'."""
+def render_csv(
+    rows: list[ReportRow],
+    deltas: list[NegativeDelta],
+    polysemanticity: list[PolysemanticityRow] | None = None,
+) -> str:
+    """One CSV: the cells, the deltas as rows whose negative_source is '<close>-<random>' (e.g.
+    'SIMILAR_NEGATIVE-RANDOM_NEGATIVE'), then polysemanticity rows (scorer 'polysemanticity', metrics
+    'mean_pairwise_cosine' and 'random_baseline_cosine')."""
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(
@@ -190,6 +288,7 @@ def render_csv(rows: list[ReportRow], deltas: list[NegativeDelta]) -> str:
             "n_features",
             "n_failed",
             "false_positive_tokens",
+            "n_dead",
         ]
     )
     for r in rows:
@@ -205,6 +304,7 @@ def render_csv(rows: list[ReportRow], deltas: list[NegativeDelta]) -> str:
                 r.n_features,
                 r.n_failed,
                 r.false_positive_tokens,
+                r.n_dead,
             ]
         )
     for d in deltas:
@@ -212,7 +312,7 @@ def render_csv(rows: list[ReportRow], deltas: list[NegativeDelta]) -> str:
             [
                 d.explainer,
                 d.scorer,
-                "SIMILAR_NEGATIVE-RANDOM",
+                f"{d.close_source}-{d.random_source}",
                 d.metric,
                 d.delta,
                 "",
@@ -220,6 +320,15 @@ def render_csv(rows: list[ReportRow], deltas: list[NegativeDelta]) -> str:
                 d.n_features,
                 "",
                 "",
+                "",
             ]
         )
+    for p in polysemanticity or []:
+        for metric, value in (
+            ("mean_pairwise_cosine", p.similarity),
+            ("random_baseline_cosine", p.random_baseline),
+        ):
+            w.writerow(
+                [p.explainer, "polysemanticity", "", metric, value, "", "", p.n_features, p.n_skipped, "", ""]
+            )
     return buf.getvalue()

@@ -3,6 +3,7 @@
     workbench score --store runs/store.duckdb --sae <id> --scorer simulation --negatives similar_negative
     workbench score --store S --sae ID --scorer detection --negatives random --llm-model gpt-4o-mini
     workbench score --store S --sae ID --scorer cosy --sae-path runs/sae   # offline corpus-rule-composer generator
+    workbench score --store S --sae ID --scorer polysemanticity            # PRISM: descriptions vs random baseline
     workbench report --store S --sae ID --format md --out report.md
 
 Offline (no --llm-model) the simulator is the lexical one and detection/fuzzing use lexical rule matching — both
@@ -81,9 +82,12 @@ def _cosy_backends(
 def score(
     store: Path = typer.Option(..., help="Feature store (DuckDB file)."),
     sae: str = typer.Option(..., help="SAE id in the store."),
-    scorer: str = typer.Option(..., help="simulation, detection, fuzzing, embedding or cosy."),
+    scorer: str = typer.Option(
+        ..., help="simulation, detection, fuzzing, embedding, cosy or polysemanticity (PRISM explanations)."
+    ),
     negatives: str = typer.Option(
-        "similar_negative", help="random, random_negative, similar or similar_negative (unused by cosy)."
+        "similar_negative",
+        help="random, random_negative, similar or similar_negative (unused by cosy and polysemanticity).",
     ),
     explainer: str | None = typer.Option(None, help="Only this explainer's explanations (default: all)."),
     features: str | None = typer.Option(
@@ -150,9 +154,10 @@ def score(
     result = run_scoring(
         st, sae, config, backends, explainer=explainer, features=parse_features(features), progress=progress
     )
+    dead = f", {result.dead} dead feature(s) recorded unscored" if result.dead else ""
     typer.echo(
-        f"{scorer}/{config.negatives}: scored {result.scored}, skipped {result.skipped} (already scored), "
-        f"recorded {result.failed} failure(s) in {result.seconds:.1f}s"
+        f"{scorer}/{config.negatives if scorer not in ('cosy', 'polysemanticity') else '-'}: scored {result.scored}, skipped {result.skipped} (already scored), "
+        f"recorded {result.failed} failure(s){dead} in {result.seconds:.1f}s"
     )
 
 
@@ -164,7 +169,13 @@ def report(
     features: str | None = typer.Option(None, help="Restrict to features, e.g. '0-99'."),
 ) -> None:
     """Explainers × scorers table for a feature set, with how much close negatives lower scores vs random ones."""
-    from evaluation.report import collect_rows, negative_deltas, render_csv, render_markdown
+    from evaluation.report import (
+        collect_rows,
+        negative_deltas,
+        polysemanticity_rows,
+        render_csv,
+        render_markdown,
+    )
     from evaluation.score_job import ScoreConfigError
     from workbench.paths import atomic_write_bytes
     from workbench.store import Store
@@ -175,8 +186,11 @@ def report(
     st.get_sae(sae)
     feats = parse_features(features)
     rows, deltas = collect_rows(st, sae, feats), negative_deltas(st, sae, feats)
+    poly = polysemanticity_rows(st, sae, feats)
     text = (
-        render_markdown(rows, deltas, f"Scores of SAE {sae}") if format == "md" else render_csv(rows, deltas)
+        render_markdown(rows, deltas, f"Scores of SAE {sae}", poly)
+        if format == "md"
+        else render_csv(rows, deltas, poly)
     )
     if out is None:
         typer.echo(text, nl=False)

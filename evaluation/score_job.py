@@ -48,6 +48,7 @@ from evaluation.detection import (
     score_classification,
 )
 from evaluation.embedding_scorer import EMBEDDING_SCORER_VERSION, Embedder, embedding_auroc
+from evaluation.polysemanticity import POLYSEMANTICITY_SCORER_VERSION
 from evaluation.simulation import (
     SIMULATION_SCORER_VERSION,
     UnscorableExplanationError,
@@ -56,6 +57,7 @@ from evaluation.simulation import (
     score_simulation,
 )
 from explainers.lexical import LexicalSimulator
+from explainers.prism import cluster_descriptions
 from explainers.records import Record, crop_record, make_record
 from explainers.sampling import (
     NegativeConfig,
@@ -72,7 +74,7 @@ from workbench.store import ExplanationRecord, Sample, ScoreRecord, Store
 
 log = logging.getLogger(__name__)
 
-SCORERS = ("simulation", "detection", "fuzzing", "embedding", "cosy")
+SCORERS = ("simulation", "detection", "fuzzing", "embedding", "cosy", "polysemanticity")
 NEGATIVE_SOURCES = ("RANDOM", "RANDOM_NEGATIVE", "SIMILAR", "SIMILAR_NEGATIVE")
 SCORER_VERSIONS = {
     "simulation": SIMULATION_SCORER_VERSION,
@@ -80,6 +82,7 @@ SCORER_VERSIONS = {
     "fuzzing": FUZZING_SCORER_VERSION,
     "embedding": EMBEDDING_SCORER_VERSION,
     "cosy": COSY_SCORER_VERSION,
+    "polysemanticity": POLYSEMANTICITY_SCORER_VERSION,
 }
 # Embedding model used for close negatives (tree-explainer spec: offline default all-MiniLM-L6-v2).
 EMBEDDING_MODEL = DEFAULT_EMBEDDING_MODEL
@@ -94,9 +97,10 @@ class ScoreConfig:
     """What to score and how the test records are drawn."""
 
     scorer: str
-    """simulation, detection, fuzzing, embedding or cosy."""
+    """simulation, detection, fuzzing, embedding, cosy or polysemanticity (PRISM's, over stored descriptions)."""
     negatives: str = "SIMILAR_NEGATIVE"
-    """RANDOM, RANDOM_NEGATIVE, SIMILAR or SIMILAR_NEGATIVE (tree paper default: SIMILAR_NEGATIVE). Unused by cosy."""
+    """RANDOM, RANDOM_NEGATIVE, SIMILAR or SIMILAR_NEGATIVE (tree paper default: SIMILAR_NEGATIVE). Unused by cosy
+    and polysemanticity."""
     n_positives: int = 10
     """Positive test records (tree paper: 10)."""
     n_negatives: int = 10
@@ -174,6 +178,8 @@ class ScoreJobResult:
     """Explanations recorded with a non-ok status (no activations, unscorable explanation, generator failure)."""
     seconds: float
     """Wall time."""
+    dead: int = 0
+    """Explanations of dead features (explainer status "dead", empty text): recorded as status "dead", not scored."""
 
 
 def score_key(explanation_id: int, config: ScoreConfig, backend_name: str) -> str:
@@ -184,7 +190,7 @@ def score_key(explanation_id: int, config: ScoreConfig, backend_name: str) -> st
         "backend": backend_name,
         **asdict(config),
     }
-    if config.scorer == "cosy":
+    if config.scorer in ("cosy", "polysemanticity"):
         payload["negatives"] = ""
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
@@ -195,7 +201,7 @@ def backend_name(config: ScoreConfig, backends: ScoreBackends) -> str:
         return backends.simulator.name
     if config.scorer in ("detection", "fuzzing"):
         return (backends.classifier or LexicalRuleClassifier(backends.simulator)).name
-    if config.scorer == "embedding":
+    if config.scorer in ("embedding", "polysemanticity"):
         return (
             EMBEDDING_MODEL
             if backends.embedder is None
@@ -350,7 +356,7 @@ async def _score_one(
 async def _score_cosy(
     expl: ExplanationRecord, text: str, config: ScoreConfig, backends: ScoreBackends
 ) -> dict[str, Any]:
-    """CoSy metrics of each description (PRISM explanations carry several in extra['descriptions'])."""
+    """CoSy metrics of each description (PRISM explanations carry one per cluster in extra['clusters'])."""
     if backends.activation_fn_for is None or not backends.control_texts or backends.generator is None:
         raise ScoreConfigError(
             "cosy needs a generator, an activation function (model + SAE) and control texts; "
@@ -358,7 +364,7 @@ async def _score_cosy(
         )
     fn = backends.activation_fn_for(expl.feature)
     control = fn(list(backends.control_texts))
-    descriptions = [d for d in expl.extra.get("descriptions", []) if isinstance(d, str)] or [text]
+    descriptions = cluster_descriptions(expl.extra) or [text]
     per: list[dict[str, Any]] = []
     for d in descriptions:
         s, texts = await cosy_score_description(backends.generator, d, fn, control)
@@ -406,6 +412,19 @@ async def run_scoring_async(
 ) -> ScoreJobResult:
     """Async form of `run_scoring` (one event loop for the whole batch, so one LLM client serves it)."""
     backends = backends or ScoreBackends()
+    if config.scorer == "polysemanticity":
+        from evaluation.polysemanticity import run_prism_polysemanticity
+
+        return run_prism_polysemanticity(
+            store,
+            sae_id,
+            backends.embed(),
+            embedding_model=backend_name(config, backends),
+            explainer=explainer,
+            features=features,
+            seed=config.seed,
+            progress=progress,
+        )
     t0 = time.perf_counter()
     explanations = store.explanations(sae_id=sae_id, explainer=explainer)
     if features is not None:
@@ -415,7 +434,7 @@ async def run_scoring_async(
     done = existing_score_keys(store, sae_id, config.scorer)
     builder = TestSetBuilder(store, sae_id, config, backends)
     cache: dict[int, TestSet] = {}
-    scored = skipped = failed = 0
+    scored = skipped = failed = dead = 0
     for expl in tqdm(explanations, desc=f"score {config.scorer}/{config.negatives}", disable=not progress):
         assert expl.id is not None
         key = score_key(expl.id, config, name)
@@ -429,6 +448,20 @@ async def run_scoring_async(
             "backend": name,
             "prompt_version": backends.prompt_version,
         }
+        if is_dead(expl):
+            store.add_score(
+                ScoreRecord(
+                    explanation_id=expl.id,
+                    scorer=config.scorer,
+                    scorer_version=SCORER_VERSIONS[config.scorer],
+                    negative_source=config.negatives if config.scorer != "cosy" else "",
+                    metrics={"status": "dead", "reason": str(expl.extra.get("reason", "dead feature"))},
+                    provenance={**provenance, "seconds": 0.0},
+                )
+            )
+            done.add(key)
+            dead += 1
+            continue
         try:
             if expl.feature not in cache:
                 # One connection for the feature's reads (short: no LLM call inside), not one per query.
@@ -467,4 +500,9 @@ async def run_scoring_async(
             )
         )
         done.add(key)
-    return ScoreJobResult(scored, skipped, failed, time.perf_counter() - t0)
+    return ScoreJobResult(scored, skipped, failed, time.perf_counter() - t0, dead)
+
+
+def is_dead(expl: ExplanationRecord) -> bool:
+    """Whether the explainer recorded the feature as dead (no activations; empty text, nothing to score)."""
+    return expl.extra.get("status") == "dead"

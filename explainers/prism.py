@@ -20,7 +20,7 @@ import numpy as np
 from explainers.lexical import LexicalConfig, lexical_explain
 from explainers.records import Record
 
-PRISM_VERSION = "prism-v1"
+PRISM_VERSION = "prism-v2"  # v2: clusters carry the texts the describer saw
 
 
 @dataclass(frozen=True)
@@ -69,15 +69,32 @@ class PrismCluster:
     """The ≤ per_cluster texts the describer saw."""
     mean_score: float
     """Mean text score of the cluster."""
+    texts: tuple[str, ...] = ()
+    """The highlighted texts the describer saw, in `shown_ids` order."""
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON form."""
+        """JSON form, the one stored format (`extra["clusters"]`, read by the app and the CoSy/polysemanticity
+        scorers): description, window_ids, shown_ids, texts (aligned with shown_ids), mean_score."""
         return {
             "description": self.description,
             "window_ids": list(self.window_ids),
             "shown_ids": list(self.shown_ids),
+            "texts": list(self.texts),
             "mean_score": round(self.mean_score, 6),
         }
+
+
+def cluster_descriptions(extra: dict[str, Any]) -> list[str]:
+    """The non-empty descriptions stored in a PRISM explanation's `extra["clusters"]` (empty for other rows)."""
+    clusters = extra.get("clusters")
+    if not isinstance(clusters, list):
+        return []
+    out = []
+    for c in clusters:
+        desc = c.get("description") if isinstance(c, dict) else None
+        if isinstance(desc, str) and desc.strip():
+            out.append(desc)
+    return out
 
 
 def text_score(record: Record) -> float:
@@ -185,6 +202,7 @@ async def prism_describe(
             window_ids=tuple(t.record.window_id for t in g),
             shown_ids=tuple(t.record.window_id for t in g[: config.per_cluster]),
             mean_score=float(np.mean([t.score for t in g])),
+            texts=tuple(t.text for t in g[: config.per_cluster]),
         )
         for g, desc in zip(groups, outs, strict=True)
     ]

@@ -86,3 +86,40 @@ def test_means_exclude_bos_and_padding(tiny_model, planted_means: ModelFeatureMe
     # padding of the shorter text in the same batch never counts).
     one, two = planted_means([" def", " def x"])[:, 0]
     assert one > 0 and two == pytest.approx(one / 2, rel=1e-5)
+
+
+def test_cosy_reads_prism_clusters_and_skips_dead_features(store, planted_means: ModelFeatureMeans) -> None:
+    from workbench.store import ExplanationRecord
+
+    snippets, control = _snippets_and_control(store)
+    base = {"sae_id": SAE_ID, "explainer": "prism", "explainer_version": "t", "prompt_version": "", "llm_model": "",
+            "llm_params": {}, "sampling": {}, "example_ids": [], "negative_ids": []}  # fmt: skip
+    clusters = [
+        {"description": '"def"', "window_ids": [1], "shown_ids": [1], "texts": ["[def] f():"]},
+        {"description": "people", "window_ids": [2], "shown_ids": [2], "texts": ["people"]},
+    ]
+    store.add_explanation(
+        ExplanationRecord(**base, feature=0, text="1. x\n2. y", config_key="pc", extra={"clusters": clusters})
+    )
+    store.add_explanation(
+        ExplanationRecord(
+            **base, feature=1, text="", config_key="pd", extra={"status": "dead", "reason": "none"}
+        )
+    )
+    backends = ScoreBackends(
+        generator=CorpusRuleGenerator(snippets, seed=0),
+        activation_fn_for=planted_means.for_feature,
+        control_texts=control,
+    )
+    result = run_scoring(store, SAE_ID, ScoreConfig("cosy"), backends, explainer="prism", progress=False)
+    assert (result.scored, result.failed, result.dead) == (1, 0, 1)
+    scores = {
+        e.feature: store.scores(explanation_id=e.id, scorer="cosy")[0]
+        for e in store.explanations(sae_id=SAE_ID, explainer="prism")
+    }
+    m = scores[0].metrics
+    # One CoSy score per cluster description (not the numbered text); PRISM (max) takes the " def" one.
+    assert [d["description"] for d in m["descriptions"]] == ['"def"', "people"]
+    assert m["n_descriptions"] == 2 and m["auc"] == max(d["auc"] for d in m["descriptions"]) > 0.9
+    assert m["auc_mean"] < m["auc"]
+    assert scores[1].metrics["status"] == "dead" and "auc" not in scores[1].metrics

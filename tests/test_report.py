@@ -51,7 +51,21 @@ def scored(tmp_path: Path) -> Store:
             store.add_score(ScoreRecord(eid, "simulation", "simulation-v1", source, metrics))
     eid = store.add_explanation(_expl(2, "tree"))
     store.add_score(ScoreRecord(eid, "simulation", "simulation-v1", "RANDOM", {"status": "no_activations"}))
+    # Lexical feature 0 under RANDOM_NEGATIVE too (pairs with SIMILAR_NEGATIVE over feature 0 only), and a dead one.
+    lex0 = scored_id(store, "lexical", 0)
+    store.add_score(
+        ScoreRecord(lex0, "simulation", "simulation-v1", "RANDOM_NEGATIVE", {"status": "ok", "pearson": 0.9})
+    )
+    eid = store.add_explanation(_expl(3, "lexical"))
+    store.add_score(ScoreRecord(eid, "simulation", "simulation-v1", "RANDOM_NEGATIVE", {"status": "dead"}))
     return store
+
+
+def scored_id(store: Store, explainer: str, feature: int) -> int:
+    """Id of an explanation of the fixture."""
+    (e,) = store.explanations(sae_id="s", explainer=explainer, feature=feature)
+    assert e.id is not None
+    return e.id
 
 
 def test_rows_and_negative_deltas_hand_computed(scored: Store) -> None:
@@ -61,21 +75,33 @@ def test_rows_and_negative_deltas_hand_computed(scored: Store) -> None:
     # [0.5, 0.3]: s = 0.1414, t_{.975,1} = 12.706 → half-width 12.706 × 0.1414 / √2 = 1.2706.
     assert lex.ci_high - lex.mean == pytest.approx(12.706204736 * 0.1, rel=1e-6)
     assert rows[("tree", "RANDOM")].n_failed == 1 and rows[("tree", "RANDOM")].n_features == 2
-    deltas = {d.explainer: d for d in negative_deltas(scored, "s")}
-    assert deltas["lexical"].delta == pytest.approx(-0.3)
-    assert deltas["tree"].delta == pytest.approx(-0.05)
+    # A dead feature's score is counted as dead, not as a failure, and never enters the mean.
+    lex_rn = rows[("lexical", "RANDOM_NEGATIVE")]
+    assert (lex_rn.n_dead, lex_rn.n_failed, lex_rn.n_features, lex_rn.mean) == (1, 0, 1, pytest.approx(0.9))
+    deltas = {(d.explainer, d.close_source, d.random_source): d for d in negative_deltas(scored, "s")}
+    assert set(deltas) == {
+        ("lexical", "SIMILAR_NEGATIVE", "RANDOM"),
+        ("lexical", "SIMILAR_NEGATIVE", "RANDOM_NEGATIVE"),
+        ("tree", "SIMILAR_NEGATIVE", "RANDOM"),
+    }
+    assert deltas[("lexical", "SIMILAR_NEGATIVE", "RANDOM")].delta == pytest.approx(-0.3)
+    # Paired over feature 0 only: 0.5 − 0.9.
+    pair = deltas[("lexical", "SIMILAR_NEGATIVE", "RANDOM_NEGATIVE")]
+    assert pair.delta == pytest.approx(-0.4) and pair.n_features == 1
+    assert deltas[("tree", "SIMILAR_NEGATIVE", "RANDOM")].delta == pytest.approx(-0.05)
     assert collect_rows(scored, "s", features=[1])[0].mean == pytest.approx(0.6)
 
 
 def test_markdown_and_csv(scored: Store) -> None:
     rows, deltas = collect_rows(scored, "s"), negative_deltas(scored, "s")
     md = render_markdown(rows, deltas, "T")
-    assert "| lexical | simulation | pearson | 0.700 | 0.400 | -0.300 | 2 |" in md
+    assert "| lexical | simulation | pearson | SIMILAR_NEGATIVE | RANDOM | 0.400 | 0.700 | -0.300 | 2 |" in md
     assert "| tree | simulation | RANDOM | pearson | 0.800 |" in md
     table = list(csv.DictReader(io.StringIO(render_csv(rows, deltas))))
-    assert len(table) == 4 + 2
+    assert len(table) == 5 + 3
     delta_rows = [r for r in table if r["negative_source"] == "SIMILAR_NEGATIVE-RANDOM"]
     assert math.isclose(float(delta_rows[0]["mean"]), -0.3)
+    assert [r["n_dead"] for r in table if r["negative_source"] == "RANDOM_NEGATIVE"] == ["1"]
 
 
 def test_parse_features() -> None:

@@ -221,3 +221,27 @@ def test_scoring_is_resumable_and_records_failures_and_provenance(small: Store) 
     ]
     assert det.provenance["negative_sample_id"] == sample.id
     assert len(small.samples(SAE_ID, DEF_FEATURE, "RANDOM_NEGATIVE")) == 1
+
+
+def test_dead_features_are_recorded_not_scored_by_every_scorer(small: Store) -> None:
+    # The explainers store a dead feature as status "dead" with empty text; feature 1 never fires.
+    dead = ExplanationRecord(
+        **{**CORRECT.__dict__, "feature": DEAD_FEATURE, "explainer": "dead-row", "text": "", "rules": None,
+           "config_key": "dead-row", "extra": {"status": "dead", "reason": "no activations in the indexed corpus"}}
+    )  # fmt: skip
+    eid = small.add_explanation(dead)
+    samples_before = len(small.samples(SAE_ID, DEAD_FEATURE))
+    for scorer in ("simulation", "detection", "fuzzing", "embedding", "cosy"):
+        for source in ("RANDOM_NEGATIVE", "SIMILAR_NEGATIVE"):
+            config = ScoreConfig(scorer, source)
+            result = run_scoring(small, SAE_ID, config, explainer="dead-row", progress=False)
+            again = run_scoring(small, SAE_ID, config, explainer="dead-row", progress=False)
+            expected = (0, 0, 1, 0) if scorer != "cosy" or source == "RANDOM_NEGATIVE" else (0, 0, 0, 1)
+            assert (result.scored, result.failed, result.dead, result.skipped) == expected, (scorer, source)
+            assert (again.dead, again.skipped) == (0, 1)
+    scores = small.scores(explanation_id=eid)
+    assert len(scores) == 4 * 2 + 1  # cosy ignores the negative source: one score
+    assert all(
+        s.metrics == {"status": "dead", "reason": "no activations in the indexed corpus"} for s in scores
+    )
+    assert len(small.samples(SAE_ID, DEAD_FEATURE)) == samples_before  # no negatives drawn for it
