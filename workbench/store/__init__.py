@@ -5,8 +5,10 @@
     app_store = Store.open("runs/store.duckdb", read_only=True)   # reader (the Streamlit app)
 
 Concurrency (DuckDB allows one writing process, and an open read-write connection locks readers out): no process
-keeps the file open. Each method opens a connection, runs one short transaction and closes it; `with
-store.session():` holds one connection across several calls (a dashboard render, a batch of writes; keep it short).
+keeps the file open. Each method attaches the file to the process's one in-memory DuckDB instance, runs one short
+transaction and detaches it (~5 ms; a fresh DuckDB instance per call cost 15–60 ms — see `connection.py`); `with
+store.session():` holds it across several calls (a dashboard render, a batch of writes; keep it short) and caches
+what cannot change under it (index progress, SAE records, indexed window ids, window maxima).
 A process that finds the file locked retries with exponential backoff (5 ms → 200 ms) up to `busy_timeout_s`, then
 raises `StoreBusyError`. So the app keeps reading while `workbench index` writes (it waits at most one write
 transaction), and concurrent writers queue on DuckDB's lock — never interleave, never corrupt.
@@ -50,7 +52,8 @@ Public API of `Store` (records are frozen dataclasses from `workbench.store.reco
 
   Embeddings
   add_window_embeddings(corpus, model, window_ids, embeddings_ND) -> None
-  window_embeddings(corpus, model) -> WindowEmbeddings;  windows_missing_embeddings(corpus, model) -> ndarray
+  window_embeddings(corpus, model) -> WindowEmbeddings   (memory-mapped copy in <store>.vectors/ while it matches)
+  windows_missing_embeddings(corpus, model) -> ndarray
   embedding_count(corpus, model) -> int
 
   Feature statistics (filled by workbench.indexing.compute_feature_stats)
@@ -59,6 +62,7 @@ Public API of `Store` (records are frozen dataclasses from `workbench.store.reco
 
   Explanations, scores, evals, LLM cache
   add_explanation(ExplanationRecord) -> int (existing id if its config_key is stored);  has_explanation(config_key) -> bool
+  add_explanations(records) -> list[int]   (one transaction: batch a job's writes)
   explanations(sae_id=None, feature=None, explainer=None) -> list[ExplanationRecord];  get_explanation(id) -> ExplanationRecord
   add_score(ScoreRecord) -> int;  scores(explanation_id=None, scorer=None, sae_id=None) -> list[ScoreRecord]
   add_eval(sae_id, eval_type_id, result: dict) -> int;  evals(sae_id=None, eval_type_id=None) -> list[EvalRecord]
