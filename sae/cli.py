@@ -40,7 +40,7 @@ def train(
     k: int = typer.Option(32, help="Active features per token (TopK family)."),
     tokens: int = typer.Option(2_000_000, help="Training tokens (BOS/special positions excluded)."),
     lr: float | None = typer.Option(None, help="Learning rate (default: per architecture)."),
-    batch_size: int = typer.Option(4096, help="Tokens per optimiser step."),
+    batch_size: int = typer.Option(1024, help="Tokens per optimiser step."),
     context_size: int = typer.Option(128, help="Window size in tokens (streaming)."),
     out: Path = typer.Option(Path("runs/sae"), help="Output folder (SAELens format + logs + metrics.json)."),
     seed: int = typer.Option(0, help="Seed of initialisation and shuffling."),

@@ -266,6 +266,18 @@ def evaluate_sae(
     return _finish(sums, with_ce)
 
 
+@torch.no_grad()
+def evaluate_on_activations(sae: SAE[Any], batches: Iterable[torch.Tensor]) -> dict[str, Any]:
+    """Reconstruction metrics (no CE/KL) on already-computed (N, d_in) activation rows, e.g. held-out cache shards."""
+    sae.eval()
+    sums = _Sums(sae.cfg.d_sae)
+    for x_ND in batches:
+        x_ND = x_ND.float()
+        feats_NF = sae.encode(x_ND)
+        sums.add_reconstruction(x_ND, feats_NF, sae.decode(feats_NF))
+    return _finish(sums, with_ce=False)
+
+
 def _eval_part(
     model: HookedTransformer,
     sae: SAE[Any],

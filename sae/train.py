@@ -16,9 +16,10 @@ import json
 import logging
 import shutil
 import time
+from collections import deque
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal, cast
 
 import torch
 from sae_lens import LoggingConfig, SAETrainer, TrainingSAE
@@ -27,7 +28,7 @@ from sae_lens.registry import SAE_TRAINING_CLASS_REGISTRY
 from sae_lens.saes.sae import TrainStepOutput
 from tqdm.auto import tqdm
 
-from sae.data import ChunkSource, NanPolicy, ShuffledBatches
+from sae.data import ChunkSource, NanPolicy, ShuffledBatches, TrainingDataExhaustedError
 from sae.io import UnknownArchitectureError, compute_sae_id, save_sae
 from workbench import paths
 from workbench.errors import WorkbenchError
@@ -56,10 +57,14 @@ class TrainConfig:
     """Active features per token (topk) or on average per token (batchtopk, matryoshka)."""
     n_tokens: int = 2_000_000
     """Training tokens (masked positions never count)."""
-    batch_size: int = 4096
-    """Tokens per optimiser step."""
+    batch_size: int = 1024
+    """Tokens per optimiser step (small enough that a demo-sized run still takes hundreds of steps)."""
     lr: float | None = None
-    """Adam learning rate; decays linearly to 0 over the last 20% of steps."""
+    """Adam learning rate; warms up linearly over `warmup_steps`, decays linearly to 0 over the last 20% of steps."""
+    warmup_steps: int | None = None
+    """Linear learning-rate warm-up; None → 5% of the steps (at most 1000)."""
+    init_b_dec: Literal["mean", "zeros"] = "mean"
+    """Decoder bias at the start: "mean" of the first batches' activations (the SAE starts at EV 0), or "zeros"."""
     sparsity_coefficient: float | None = None
     """L1 coefficient (standard, gated) or L0 coefficient (jumprelu); unused by the TopK family."""
     seed: int = 0
@@ -72,6 +77,9 @@ class TrainConfig:
     """Save a resumable checkpoint every this many steps (0: only at the end)."""
     nan_policy: NanPolicy = "stop"
     """What to do with NaN/inf activation rows: stop with an error naming the shard/windows, or skip them."""
+    calibration_batches: int = 8
+    """BatchTopK/Matryoshka: the saved threshold is set from the last this-many training batches so the reloaded
+    (JumpReLU) SAE keeps k features per token on average (0: keep sae-lens's running estimate)."""
     log_every: int = 10
     """Steps between JSONL log lines and progress-bar updates."""
     wandb: bool = False
@@ -84,15 +92,20 @@ class TrainConfig:
         return dataclasses.asdict(self)
 
 
-# Per-architecture defaults. TopK family: lr 4e-4 unnormalised inputs, aux loss on (Gao et al. 2024, "Scaling and
-# evaluating sparse autoencoders"). BatchTopK: threshold EMA lr 0.1 so the saved JumpReLU threshold reaches the trained
-# L0 within a short run (design.md: 0.01 left L0≈350 after 100 steps). L1/JumpReLU family: inputs scaled to
-# E‖x‖=√d_in, L1 λ=5, lr 5e-5 (Anthropic, "Circuits Updates – April 2024"); JumpReLU lr 7e-5 (Rajamanoharan et al.
-# 2024, "Jumping Ahead"); the L0 coefficient is a starting point to tune per model.
+# Per-architecture defaults. TopK family: aux loss on (Gao et al. 2024, "Scaling and evaluating sparse autoencoders");
+# inputs scaled to E‖x‖=√d_in so one learning rate fits any model's residual norm, b_dec started at the data mean, and
+# lr TOPK_LR (measured on SmolLM2 layer 3, bench/NOTES.md "SAE quality defaults": Gao et al.'s 2e-4/√(d_sae/2¹⁴) ≈
+# 4e-4 for 4608 features is tuned for runs of many thousand steps; a demo run has a few hundred). BatchTopK: threshold
+# EMA lr 0.1 so the saved JumpReLU threshold tracks the trained L0 (design.md: 0.01 left L0≈350 after 100 steps), and
+# the threshold is recalibrated on the last batches at the end (`calibrate_threshold`). L1/JumpReLU family: inputs
+# scaled to E‖x‖=√d_in, L1 λ=5, lr 5e-5 (Anthropic, "Circuits Updates – April 2024"); JumpReLU lr 7e-5
+# (Rajamanoharan et al. 2024, "Jumping Ahead"); the L0 coefficient is a starting point to tune per model.
+TOPK_LR = 4e-4
+NORMALIZE = {"normalize_activations": "expected_average_only_in"}
 ARCH_DEFAULTS: dict[str, dict[str, Any]] = {
-    "topk": {"lr": 4e-4},
-    "batchtopk": {"lr": 4e-4, "topk_threshold_lr": 0.1},
-    "matryoshka_batchtopk": {"lr": 4e-4, "topk_threshold_lr": 0.1},
+    "topk": {"lr": TOPK_LR, **NORMALIZE},
+    "batchtopk": {"lr": TOPK_LR, "topk_threshold_lr": 0.1, **NORMALIZE},
+    "matryoshka_batchtopk": {"lr": TOPK_LR, "topk_threshold_lr": 0.1, **NORMALIZE},
     "standard": {"lr": 5e-5, "l1_coefficient": 5.0, "normalize_activations": "expected_average_only_in"},
     "gated": {"lr": 5e-5, "l1_coefficient": 5.0, "normalize_activations": "expected_average_only_in"},
     "jumprelu": {"lr": 7e-5, "l0_coefficient": 1.0, "normalize_activations": "expected_average_only_in"},
@@ -157,12 +170,14 @@ def _trainer_config(cfg: TrainConfig, out: Path) -> SAETrainerConfig:
     """sae-lens trainer settings, with the pitfalls of design.md handled (explicit lr_end, no W&B unless asked)."""
     lr = cfg.lr if cfg.lr is not None else ARCH_DEFAULTS[cfg.architecture]["lr"]
     steps = cfg.n_tokens // cfg.batch_size
+    warmup = cfg.warmup_steps if cfg.warmup_steps is not None else min(steps // 20, 1000)
     return SAETrainerConfig(
         total_training_samples=steps * cfg.batch_size,
         train_batch_size_samples=cfg.batch_size,
         lr=lr,
         lr_end=lr,  # sae-lens needs it set; the constant schedule + decay steps ends at 0 regardless
         lr_scheduler_name="constant",
+        lr_warm_up_steps=warmup,
         lr_decay_steps=steps // 5,
         dead_feature_window=max(1, cfg.dead_feature_tokens // cfg.batch_size),
         feature_sampling_window=max(1, steps),
@@ -170,6 +185,53 @@ def _trainer_config(cfg: TrainConfig, out: Path) -> SAETrainerConfig:
         logger=LoggingConfig(log_to_wandb=cfg.wandb, wandb_project="sae-workbench"),
         n_batches_for_norm_estimate=8,
     )
+
+
+@torch.no_grad()
+def _init_from_data(
+    trainer: SAETrainer[Any, Any],
+    sae: TrainingSAE[Any],
+    source: ChunkSource,
+    cfg: TrainConfig,
+    n_batches: int,
+) -> None:
+    """Input scaling factor and b_dec = data mean, from one separate pass over the first batches (so the training
+    stream is untouched and a resumed run never needs them again: both live in the checkpoint)."""
+    normalise = sae.cfg.normalize_activations == "expected_average_only_in"
+    if not normalise and cfg.init_b_dec != "mean":
+        return
+    batches = ShuffledBatches(source, cfg.batch_size, cfg.seed, cfg.shuffle_chunks, "skip")
+    taken = []
+    for _ in range(n_batches):
+        try:
+            taken.append(next(batches))
+        except TrainingDataExhaustedError:  # a tiny source: use what there is
+            break
+    if not taken:
+        return
+    rows = torch.cat(taken).double()
+    scale = 1.0
+    if normalise:  # sae-lens's ActivationScaler.estimate_scaling_factor: √d_in / E‖x‖
+        scale = rows.shape[1] ** 0.5 / float(rows.norm(dim=-1).mean())
+        trainer.activation_scaler.scaling_factor = scale
+    if cfg.init_b_dec == "mean":
+        sae.b_dec.data.copy_((rows.mean(0) * scale).to(sae.b_dec.dtype))
+
+
+@torch.no_grad()
+def calibrate_threshold(sae: TrainingSAE[Any], batches: list[torch.Tensor], k: float) -> torch.Tensor:
+    """The JumpReLU threshold at which `batches` keep exactly k features per row on average, i.e. the largest
+    pre-activation BatchTopK would have dropped when run on all rows at once (same units as `topk_threshold`)."""
+    n_keep = int(k * sum(b.shape[0] for b in batches))
+    candidates = []
+    for batch in batches:  # the global top n_keep+1 values are among each batch's own top n_keep+1
+        _, hidden_pre = sae.encode_with_hidden_pre(batch.to(sae.W_dec.dtype))
+        flat = hidden_pre.relu().flatten()
+        candidates.append(flat.topk(min(n_keep + 1, flat.numel())).values)
+    values = torch.cat(candidates)
+    if values.numel() <= n_keep:
+        return torch.tensor(0.0, dtype=torch.double)
+    return values.topk(n_keep + 1).values[-1].double()
 
 
 def _step_stats(out: TrainStepOutput) -> dict[str, float]:
@@ -248,12 +310,7 @@ def train_sae(
     else:
         (out / "train_config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
         (out / "train_log.jsonl").unlink(missing_ok=True)
-        if sae.cfg.normalize_activations == "expected_average_only_in":
-            # Estimated on a separate pass over the first batches, so the training stream is untouched.
-            norm_batches = ShuffledBatches(source, cfg.batch_size, cfg.seed, cfg.shuffle_chunks, "skip")
-            trainer.activation_scaler.estimate_scaling_factor(
-                d_in, norm_batches, trainer_cfg.n_batches_for_norm_estimate
-            )
+        _init_from_data(trainer, sae, source, cfg, trainer_cfg.n_batches_for_norm_estimate)
     if cfg.wandb:
         import wandb
 
@@ -265,10 +322,13 @@ def train_sae(
     bar = tqdm(
         total=total, initial=start_samples, unit="tok", unit_scale=True, desc="train", disable=not progress
     )
+    recent: deque[torch.Tensor] = deque(maxlen=cfg.calibration_batches)
     with open(out / "train_log.jsonl", "a") as log_file:
         while trainer.n_training_samples < total:
             trainer.maybe_reset_sparsity()
-            step_out = trainer.step(next(batches))
+            batch = next(batches)
+            recent.append(batch)
+            step_out = trainer.step(batch)
             if cfg.wandb:
                 trainer._log_train_step(step_out)
             trainer.n_training_steps += 1
@@ -296,6 +356,12 @@ def train_sae(
                 _save_checkpoint(trainer, batches, out)
     bar.close()
     seconds = time.perf_counter() - started
+    if hasattr(sae, "topk_threshold") and recent:
+        before = float(cast(torch.Tensor, sae.topk_threshold))
+        sae.topk_threshold = calibrate_threshold(sae, [trainer.activation_scaler(b) for b in recent], cfg.k)
+        log.info(
+            "BatchTopK threshold: running estimate %.4g → calibrated %.4g", before, float(sae.topk_threshold)
+        )
 
     if trainer.activation_scaler.scaling_factor is not None:
         sae.fold_activation_norm_scaling_factor(trainer.activation_scaler.scaling_factor)
