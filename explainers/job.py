@@ -36,6 +36,7 @@ from explainers.rules import DEFAULT_RULE_CAP, rules_to_text
 from explainers.tree import TREE_VERSION, TreeConfig
 from workbench.errors import WorkbenchError
 from workbench.store import ExplanationRecord, Store
+from workbench.store.connection import YIELD_S
 
 log = logging.getLogger(__name__)
 
@@ -199,6 +200,8 @@ class _Lease:
         """Release and reacquire when the lease is older than `seconds`."""
         if self._stack is not None and time.monotonic() - self._since >= self.seconds:
             self.release()
+            # Leave the file free long enough for a polling reader (the app) to get in; see connection.YIELD_S.
+            time.sleep(YIELD_S)
             self.acquire()
 
     def release(self) -> None:

@@ -59,6 +59,12 @@ class _Attachment:
     """Open sessions using it; the file is detached when this drops to 0."""
 
 
+POLL_CAP_S = 0.025
+"""Longest wait between two attempts to open a locked store file."""
+YIELD_S = 0.06
+"""How long a lease-holding writer leaves the file free between leases (> POLL_CAP_S, see acquire)."""
+
+
 class _Hub:
     """The process's in-memory DuckDB instance and the store files currently attached to it."""
 
@@ -118,7 +124,9 @@ class _Hub:
                     "Wait for the other job to finish, or raise busy_timeout_s."
                 )
             time.sleep(delay)
-            delay = min(delay * 2, 0.2)
+            # Poll at least every POLL_CAP_S: writers that hold the file in leases (the explain job) step aside for
+            # YIELD_S > POLL_CAP_S between leases, so a waiting reader is sure to see the file free at least once.
+            delay = min(delay * 2, POLL_CAP_S)
 
     def release(self, path: Path, cursor: duckdb.DuckDBPyConnection) -> None:
         """Close a cursor from `acquire`; detach the file (checkpoint, unlock) when no session uses it."""
