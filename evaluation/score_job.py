@@ -145,13 +145,24 @@ class ScoreBackends:
     llm_usage: Callable[[], dict[str, Any]] | None = None
     """Returns the LLM usage so far (tokens, seconds), recorded as a per-score delta."""
 
+    _memo: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    """Embeddings computed so far, per text (one batch's explanations share their features' test windows)."""
+
     def embed(self) -> Embedder:
-        """The embedder, loading the default on first use."""
+        """The embedder (loading the default on first use), memoised per text."""
         if self.embedder is None:
             from evaluation.embedding_scorer import default_embedder
 
             self.embedder = default_embedder()
-        return self.embedder
+        embedder, memo = self.embedder, self._memo
+
+        def embed_memoised(texts: Sequence[str]) -> np.ndarray:
+            todo = list(dict.fromkeys(t for t in texts if t not in memo))
+            if todo:
+                memo.update(zip(todo, np.asarray(embedder(todo), dtype=np.float32), strict=True))
+            return np.stack([memo[t] for t in texts]) if texts else np.zeros((0, 0), np.float32)
+
+        return embed_memoised
 
 
 @dataclass(frozen=True)

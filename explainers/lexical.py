@@ -265,12 +265,22 @@ def lexical_explain(
     return LexicalExplanation(rules, render_text(rules, stats), coverage)
 
 
+def _unquote(quoted: str) -> str:
+    """A quoted string's content: JSON-decoded (raw control characters allowed), else the text between the quotes
+    (free text from an LLM or several joined descriptions may quote loosely; never an error)."""
+    try:
+        value = json.loads(quoted, strict=False)
+    except ValueError:
+        return quoted[1:-1]
+    return value if isinstance(value, str) else quoted[1:-1]
+
+
 def parse_rule_text(text: str) -> tuple[list[str], list[str]]:
     """(targets, contexts) named by a rule's text: quoted strings before/after ' after ', or content words."""
     body = _PAREN_RE.sub(" ", text)
     head, sep, tail = body.partition(" after ")
-    targets = [norm(json.loads(q)) for q in _QUOTED_RE.findall(head)]
-    contexts = [norm(json.loads(q)) for q in _QUOTED_RE.findall(tail)] if sep else []
+    targets = [norm(_unquote(q)) for q in _QUOTED_RE.findall(head)]
+    contexts = [norm(_unquote(q)) for q in _QUOTED_RE.findall(tail)] if sep else []
     if not targets:
         targets = [w.lower() for w in _WORD_RE.findall(head) if w.lower() not in _STOPWORDS]
     return [t for t in targets if t], [c for c in contexts if c]

@@ -207,3 +207,12 @@ def test_llm_classifier_batches_and_llm_generator_reasks(fake_llm: FakeLLM) -> N
     assert m.n == 3 and m.tp == 2 and m.fp == 1
     assert texts == ["one", "two", "three"] and ratings == []
     assert fake_llm.calls == 2 + 2  # two detection batches (2 + 1 windows), generator ask + re-ask
+
+
+def test_rule_text_with_loose_quotes_never_raises() -> None:
+    # Several joined descriptions (PRISM's numbered text) or LLM free text can pair quotes across a newline or
+    # around a backslash; the lexical matcher must read them rather than crash the scoring batch.
+    from explainers.lexical import match_rule_text, parse_rule_text
+
+    assert parse_rule_text('"a\nb" or "\\x"') == (["a\nb", "\\x"], [])
+    assert match_rule_text('1. "def" (x)\n2. "\\q" after "y', [" def", " q"]).tolist() == [True, False]
