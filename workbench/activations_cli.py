@@ -13,7 +13,7 @@ from pathlib import Path
 
 import typer
 
-from workbench.models import DEFAULT_HOOK, DEFAULT_MODEL
+from workbench.defaults import DEFAULT_HOOK, DEFAULT_MODEL
 
 DEFAULT_CACHE_ROOT = Path("runs") / "cache"
 

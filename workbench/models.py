@@ -26,12 +26,11 @@ import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from workbench import paths
+from workbench.defaults import DEFAULT_MODEL
 from workbench.errors import ContextSizeError, HookNotFoundError, UnknownModelError
 
 log = logging.getLogger(__name__)
 
-DEFAULT_MODEL = "smollm2-135m"
-DEFAULT_HOOK = "blocks.3.hook_resid_post"
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 # Bumped whenever the conversion changes, so stale converted copies are rebuilt.
 CONVERSION_VERSION = 1
