@@ -26,7 +26,8 @@ import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
 from workbench import paths
-from workbench.defaults import DEFAULT_MODEL
+from workbench.defaults import DEFAULT_HOOK as DEFAULT_HOOK  # re-exported
+from workbench.defaults import DEFAULT_MODEL as DEFAULT_MODEL  # re-exported
 from workbench.errors import ContextSizeError, HookNotFoundError, UnknownModelError
 
 log = logging.getLogger(__name__)
