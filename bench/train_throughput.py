@@ -79,9 +79,6 @@ def main() -> None:
     parser.add_argument(
         "--json", default=None, help="also write the table as JSON here (for bench/run_all.py)"
     )
-    parser.add_argument(
-        "--json", default=None, help="also write the table as JSON here (for bench/run_all.py)"
-    )
     args = parser.parse_args()
     torch.set_num_threads(2)
 
@@ -138,13 +135,6 @@ def main() -> None:
         print(f"{name:<44}{rate:>10,.0f}{rate / base:>12.2f}×")
     stream = dict(rows)["workbench train (streaming)"]
     print(f"cache-fed / streaming: {dict(rows)['workbench train (from cache)'] / stream:.2f}×")
-    if args.json:
-        from bench.results_md import Table, write_tables_json
-
-        table = Table(
-            ["contestant", "tokens/s", "vs sae-lens"], [[k, f"{r:,.0f}", f"{r / base:.2f}×"] for k, r in rows]
-        )
-        write_tables_json(args.json, [table], [f"SmolLM2-135M {HOOK}, TopK 576→4608 k=32, {n:,} tokens"])
     if args.json:
         from bench.results_md import Table, write_tables_json
 
