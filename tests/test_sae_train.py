@@ -130,9 +130,7 @@ def test_calibrate_threshold_by_hand():
     # pre-activations 5, 3, 2, 1, 0, −1 over 3 rows; k=1 keeps 3 values (5, 3, 2): threshold = 1, the largest dropped
     rows = torch.tensor([[5.0, 1.0], [3.0, -1.0], [2.0, 0.0]])
     assert float(calibrate_threshold(sae, [rows[:2], rows[2:]], 1)) == pytest.approx(1.0)
-    assert float(calibrate_threshold(sae, [rows], 0.5)) == pytest.approx(
-        3.0
-    )  # int(0.5 × 3) = 1 value kept
+    assert float(calibrate_threshold(sae, [rows], 0.5)) == pytest.approx(3.0)  # int(0.5 × 3) = 1 value kept
 
 
 def test_nan_rows_stop_with_location_or_are_skipped(tmp_path: Path):
