@@ -213,7 +213,7 @@ class ModelFeatureMeans:
         tokenizer = getattr(self.model, "tokenizer", None)
         assert tokenizer is not None, "the model needs a tokenizer"
         todo = [t for t in dict.fromkeys(texts) if t not in self._memo]
-        stop = stop_layer([self.hook]) if self.hook.startswith("blocks.") else 1
+        stop = stop_layer([self.hook])
         for b in range(0, len(todo), self.batch_size):
             chunk = todo[b : b + self.batch_size]
             ids = [

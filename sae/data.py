@@ -74,7 +74,7 @@ def streaming_source(
     from workbench.corpus import iter_windows
 
     validate_hooks(model, [hook])
-    stop_at = min(stop_layer([hook]), model.cfg.n_layers)
+    stop_at = stop_layer([hook], model.cfg.n_layers)
     device = next(model.parameters()).device
 
     def chunks_from(start: int) -> Iterator[Chunk]:

@@ -352,7 +352,7 @@ def hook_width(model: HookedTransformer, hook: str, reshape: str = "none") -> in
     tokens = torch.zeros((1, 2), dtype=torch.long)
     with torch.no_grad():
         model.run_with_hooks(
-            tokens, fwd_hooks=[(hook, grab)], stop_at_layer=min(stop_layer([hook]), model.cfg.n_layers)
+            tokens, fwd_hooks=[(hook, grab)], stop_at_layer=stop_layer([hook], model.cfg.n_layers)
         )
     act = captured["act"]
     if reshape == "hook_z" and act.ndim == 4:

@@ -246,8 +246,7 @@ def evaluate_sae(
         raise ValueError("evaluate_sae needs the model to read activations")
     sae.eval()
     ce_left = (ce_windows if ce_windows is not None else math.inf) if with_ce else 0
-    stop_at = stop_layer([hook])
-    stop_at_arg = stop_at if stop_at < model.cfg.n_layers else None
+    stop_at_arg = stop_layer([hook], model.cfg.n_layers)
     sums = _Sums(sae.cfg.d_sae)
     bar = tqdm(total=total_windows, unit="win", desc="eval", disable=not progress)
 

@@ -48,6 +48,10 @@ def test_hook_layers_and_stop_layer():
     assert hook_layer("blocks.3.hook_resid_post") == 3
     assert hook_layer("hook_embed") == 0
     assert stop_layer(["blocks.3.hook_resid_post", "blocks.1.hook_mlp_out"]) == 4
+    assert stop_layer(["hook_embed"]) == 1
+    assert stop_layer(["blocks.1.hook_resid_post", "ln_final.hook_normalized"]) is None  # after the blocks
+    assert stop_layer(["blocks.3.hook_resid_post"], n_layers=4) is None  # the last block: full forward anyway
+    assert stop_layer(["blocks.3.hook_resid_post"], n_layers=30) == 4
     assert stop_layer([DEFAULT_HOOK]) == 4  # design.md: stop_at_layer=4 returns blocks.3.hook_resid_post
 
 

@@ -238,13 +238,6 @@ def model_fingerprint(model: HookedTransformer) -> str:
     return h.hexdigest()[:16]
 
 
-def _stop_at(hooks: list[str]) -> int | None:
-    """`stop_at_layer` for these hooks, or None when one lies after the blocks (ln_final, unembed)."""
-    if any(not (h.startswith("blocks.") or h.startswith("hook_")) for h in hooks):
-        return None
-    return stop_layer(hooks)
-
-
 def _forward(
     model: HookedTransformer, tokens_BT: torch.Tensor, hooks: list[str], dtype: torch.dtype
 ) -> dict[str, torch.Tensor]:
@@ -258,7 +251,7 @@ def _forward(
         model.run_with_hooks(
             tokens_BT,
             fwd_hooks=[(h, save) for h in hooks],
-            stop_at_layer=_stop_at(hooks),
+            stop_at_layer=stop_layer(hooks),
             return_type=None,
         )
     return {h: captured[h] for h in hooks}

@@ -247,9 +247,16 @@ def hook_layer(hook: str) -> int:
     return 0
 
 
-def stop_layer(hooks: list[str]) -> int:
-    """`stop_at_layer` value that still computes every hook in `hooks` (forward stops right after the last one)."""
-    return max(hook_layer(h) for h in hooks) + 1
+def stop_layer(hooks: list[str], n_layers: int | None = None) -> int | None:
+    """`stop_at_layer` value that still computes every hook in `hooks` (forward stops right after the last one).
+
+    None (the full forward) when a hook lies after the blocks (``ln_final.*``, ``unembed.*``) or, given the model's
+    `n_layers`, when the last needed block is the model's last anyway.
+    """
+    if any(not h.startswith(("blocks.", "hook_")) for h in hooks):
+        return None
+    stop = max(hook_layer(h) for h in hooks) + 1
+    return None if n_layers is not None and stop >= n_layers else stop
 
 
 def check_context_size(model: HookedTransformer, context_size: int) -> None:
