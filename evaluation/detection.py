@@ -3,9 +3,14 @@ in Large Language Models", github.com/EleutherAI/delphi).
 
 - Detection: a classifier sees whole windows (positives and negatives of one source) and says which ones activate
   the feature according to the explanation.
-- Fuzzing: it sees windows with some tokens highlighted and says whether the highlights are the tokens the
-  feature fires on. Positives are highlighted on their truly active tokens (label 1); negatives get the same number
-  of highlights at random positions (label 0). delphi additionally mis-highlights some positives; we do not.
+- Fuzzing: it sees windows with some tokens highlighted and says whether every highlighted token is one the feature
+  fires on. As in delphi, three kinds of item: each positive highlighted on its truly active tokens (label 1); the
+  same positive mis-highlighted on as many tokens where the feature does NOT fire (label 0); each negative of the
+  chosen source highlighted on as many random tokens as a randomly drawn positive has active (label 0). The
+  mis-highlighted positives are what separates a correct explanation from an over-broad one: both call the true
+  highlights correct, but only the over-broad one also calls wrong tokens of the same window correct. delphi gives
+  mis-highlighted items ceil(mean active count over the test positives) highlights; we give each one its own
+  positive's count, so the number of highlights never tells the label apart. All random choices come from `seed`.
 Metrics: accuracy, F1, balanced accuracy (evaluation.scoring.classification_metrics).
 
 Classifiers: `LLMClassifier` (delphi-style prompts, several windows per call, answers a strict JSON 0/1 array) or,
@@ -35,9 +40,11 @@ from explainers.records import Record
 from explainers.simulate import Simulator
 
 DETECTION_SCORER_VERSION = "detection-v1"
-FUZZING_SCORER_VERSION = "fuzzing-v1"
+# v2: adds mis-highlighted positives (delphi) and judges highlights correct only when every one is predicted active.
+FUZZING_SCORER_VERSION = "fuzzing-v2"
 
 Task = Literal["detection", "fuzzing"]
+ItemKind = Literal["positive", "mis_highlighted", "negative"]
 
 
 @dataclass(frozen=True)
@@ -50,30 +57,60 @@ class ClassificationItem:
     """True when the window activates (detection) or the highlights are correct (fuzzing)."""
     highlighted: np.ndarray | None = None
     """(T,) bool highlighted tokens (fuzzing only)."""
+    kind: ItemKind = "positive"
+    """positive (whole window or true highlights), mis_highlighted (a positive highlighted where the feature does
+    not fire; fuzzing only) or negative."""
 
 
 def detection_items(positives: Sequence[Record], negatives: Sequence[Record]) -> list[ClassificationItem]:
     """Positives labelled 1, negatives labelled 0, whole windows."""
     return [ClassificationItem(r, True) for r in positives] + [
-        ClassificationItem(r, False) for r in negatives
+        ClassificationItem(r, False, kind="negative") for r in negatives
     ]
+
+
+def _random_marks(n_tokens: int, candidates_K: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
+    """(n_tokens,) bool with `k` of `candidates_K` marked, drawn without replacement."""
+    marked = np.zeros(n_tokens, dtype=bool)
+    if k:
+        marked[rng.choice(candidates_K, size=k, replace=False)] = True
+    return marked
 
 
 def fuzzing_items(
     positives: Sequence[Record], negatives: Sequence[Record], seed: int
 ) -> list[ClassificationItem]:
-    """Positives highlighted on their active tokens (label 1); each negative highlighted on as many random tokens
-    as a positive drawn at random has (label 0). Seeded, so the same negatives get the same highlights."""
+    """delphi's fuzzing items, in this order: positives highlighted on their active tokens (label 1); the same
+    positives highlighted on as many tokens where the feature does not fire (label 0; a positive with no active or
+    no inactive token gets no such copy; capped at its inactive tokens); negatives highlighted on as many random
+    tokens as a positive drawn at random has active (label 0). Seeded: the mis-highlights are drawn first, so they
+    do not depend on the negatives, and the same negatives get the same highlights."""
     rng = np.random.default_rng(seed)
     items = [ClassificationItem(r, True, r.acts > 0) for r in positives]
+    for r in positives:
+        active = r.acts > 0
+        idle_K = np.flatnonzero(~active)
+        k = min(int(active.sum()), len(idle_K))
+        if k:
+            items.append(
+                ClassificationItem(r, False, _random_marks(len(r), idle_K, k, rng), "mis_highlighted")
+            )
     counts = [int(np.sum(r.acts > 0)) for r in positives if np.any(r.acts > 0)] or [1]
     for r in negatives:
         k = min(len(r), int(rng.choice(counts)))
-        marked = np.zeros(len(r), dtype=bool)
-        if k:
-            marked[rng.choice(len(r), size=k, replace=False)] = True
-        items.append(ClassificationItem(r, False, marked))
+        items.append(
+            ClassificationItem(r, False, _random_marks(len(r), np.arange(len(r)), k, rng), "negative")
+        )
     return items
+
+
+def classification_items(
+    task: Task, positives: Sequence[Record], negatives: Sequence[Record], seed: int = 0
+) -> list[ClassificationItem]:
+    """The task's items (detection: whole windows; fuzzing: highlighted windows, seeded)."""
+    if task == "detection":
+        return detection_items(positives, negatives)
+    return fuzzing_items(positives, negatives, seed)
 
 
 class Classifier(Protocol):
@@ -92,9 +129,11 @@ class Classifier(Protocol):
 class LexicalRuleClassifier:
     """Offline classifier: lexical rule matching through a simulator (not an LLM).
 
-    Detection: a window is predicted positive when some token's simulated activation exceeds 1 (the same level the
-    simulation scorer counts as a false positive). Fuzzing: highlights are judged correct when at least half of the
-    highlighted tokens are simulated above 1.
+    A token is predicted active when its simulated activation exceeds 1 (the level the simulation scorer counts as
+    a false positive). Detection: a window is predicted positive when some token is predicted active. Fuzzing:
+    highlights are judged correct when every highlighted token is predicted active and at least one is highlighted
+    — delphi's own rule ("an example is only correct if every marked token is representative of the feature"), which
+    the fuzzing prompt asks the LLM classifier too.
     """
 
     def __init__(self, simulator: Simulator) -> None:
@@ -114,7 +153,7 @@ class LexicalRuleClassifier:
                 out[i] = bool(fires.any())
             else:
                 marked = it.highlighted if it.highlighted is not None else np.zeros(len(fires), dtype=bool)
-                out[i] = bool(marked.any()) and float(fires[marked].mean()) >= 0.5
+                out[i] = bool(marked.any()) and bool(fires[marked].all())
         return out
 
 
@@ -166,6 +205,14 @@ class LLMClassifier:
         return np.array([bool(v) for a in answers for v in a.value], dtype=bool)
 
 
+async def score_items(
+    classifier: Classifier, task: Task, explanation: ScorableExplanation, items: Sequence[ClassificationItem]
+) -> ClassificationMetrics:
+    """Classify built items and compute accuracy / F1 / balanced accuracy against their labels."""
+    preds = await classifier.classify(task, explanation, items)
+    return classification_metrics(preds, np.array([it.label for it in items], dtype=bool))
+
+
 async def score_classification(
     classifier: Classifier,
     task: Task,
@@ -175,10 +222,5 @@ async def score_classification(
     seed: int = 0,
 ) -> ClassificationMetrics:
     """Build the task's items, classify them, and compute accuracy / F1 / balanced accuracy."""
-    items = (
-        detection_items(positives, negatives)
-        if task == "detection"
-        else fuzzing_items(positives, negatives, seed)
-    )
-    preds = await classifier.classify(task, explanation, items)
-    return classification_metrics(preds, np.array([it.label for it in items], dtype=bool))
+    items = classification_items(task, positives, negatives, seed)
+    return await score_items(classifier, task, explanation, items)

@@ -6,7 +6,8 @@
 - Tree paper (Ma et al. NeurIPS 2025): explain with rule caps r = 1..5; for each r take the best test score over
   caps ≤ r over the best over all caps; polysemanticity = smallest r reaching ≥ 0.9. Features whose best score is
   ≤ 0 or NaN are skipped (None). Per-layer means come with a t confidence interval.
-- Complexity (tree paper): an LLM rates each rule 0..5 (`rate_complexity`).
+- Complexity (tree paper): an LLM rates each rule 0..5 — `evaluation.complexity` (`workbench score --scorer
+  complexity`); `rate_complexity` is re-exported here.
 
 `run_prism_polysemanticity` (`workbench score --scorer polysemanticity`) scores every stored PRISM explanation: its
 descriptions are `extra["clusters"][i]["description"]`; the random baseline draws from the descriptions of the
@@ -27,10 +28,8 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from evaluation.prompts.complexity import COMPLEXITY_PROMPT_VERSION, complexity_messages
+from evaluation.complexity import COMPLEXITY_PROMPT_VERSION, rate_complexity
 from evaluation.scoring import MeanCI, t_confidence_interval
-from explainers.jsonparse import as_int_list, parse_json_strict
-from explainers.llm import LLMClient, LLMRequest
 from explainers.prism import cluster_descriptions
 from workbench.store import ScoreRecord, Store
 
@@ -118,25 +117,6 @@ def tree_polysemanticity(best_score_by_cap: Mapping[int, float]) -> int | None:
 def tree_polysemanticity_summary(values: Sequence[int | None]) -> MeanCI:
     """Mean polysemanticity with a 95% t CI over the features that were not skipped (tree paper: per layer)."""
     return t_confidence_interval([float(v) for v in values if v is not None])
-
-
-def _parse_ratings(n: int):
-    """A parser accepting exactly `n` integers in 0..5 (ValueError → re-ask)."""
-
-    def parse(text: str) -> list[int]:
-        return as_int_list(parse_json_strict(text), length=n, lo=0, hi=5)
-
-    return parse
-
-
-async def rate_complexity(client: LLMClient, rules: Sequence[str], tag: str = "complexity") -> list[int]:
-    """An LLM's 0..5 complexity rating of each rule (tree paper)."""
-    if not rules:
-        return []
-    parsed = await client.complete_parsed(
-        LLMRequest(complexity_messages(rules), tag=tag), _parse_ratings(len(rules))
-    )
-    return parsed.value
 
 
 def _prism_key(explanation_id: int, seed: int, n_draws: int, embedding_model: str) -> str:

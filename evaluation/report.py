@@ -6,7 +6,8 @@ explanations were of dead features (recorded, not scored). A second table shows,
 close negatives lower the score compared with random ones, paired over the features scored under both, for each
 pair present: SIMILAR_NEGATIVE vs RANDOM_NEGATIVE, SIMILAR_NEGATIVE vs RANDOM, SIMILAR vs RANDOM (tree paper:
 random negatives hide false positives). A third shows PRISM polysemanticity (mean pairwise cosine of a feature's
-descriptions vs the same for random descriptions of other features; lower = more distinct concepts).
+descriptions vs the same for random descriptions of other features; lower = more distinct concepts). A fourth shows
+rule complexity (an LLM's 0..5 rating of each rule, tree paper; lower = simpler), per explainer and rating LLM.
 
     rows = collect_rows(store, sae_id);  print(render_markdown(rows, negative_deltas(store, sae_id)))
 """
@@ -104,6 +105,28 @@ class PolysemanticityRow:
     """Features scored (≥ 2 descriptions)."""
     n_skipped: int
     """Features recorded unscored (dead, fewer than 2 descriptions)."""
+
+
+@dataclass(frozen=True)
+class ComplexityRow:
+    """LLM-rated rule complexity of one explainer's feature set (tree paper, Ma et al. NeurIPS 2025)."""
+
+    explainer: str
+    """Explainer name."""
+    rater: str
+    """The rating LLM ('llm:<model>')."""
+    mean_rating: float
+    """Mean over features of the mean rating of their rules (0..5; lower = simpler)."""
+    mean_max_rating: float
+    """Mean over features of their most complex rule's rating."""
+    mean_rules: float
+    """Mean rules per rated explanation."""
+    n_features: int
+    """Features rated."""
+    n_failed: int
+    """Explanations recorded unrated (no rules, unparseable rules, malformed LLM answer)."""
+    n_dead: int = 0
+    """Explanations of dead features."""
 
 
 def _values(store: Store, sae_id: str, features: set[int] | None):
@@ -210,6 +233,37 @@ def polysemanticity_rows(
     return rows
 
 
+def complexity_rows(store: Store, sae_id: str, features: list[int] | None = None) -> list[ComplexityRow]:
+    """Per explainer and rating LLM: mean rule complexity over features (latest score per feature)."""
+    wanted = set(features) if features is not None else None
+    explanations = {e.id: e for e in store.explanations(sae_id=sae_id)}
+    cells: dict[tuple[str, str], dict] = defaultdict(lambda: {"ok": {}, "failed": 0, "dead": 0})
+    for s in store.scores(sae_id=sae_id, scorer="complexity"):
+        e = explanations.get(s.explanation_id)
+        if e is None or (wanted is not None and e.feature not in wanted):
+            continue
+        cell = cells[(e.explainer, str(s.provenance.get("backend", "")))]
+        status = s.metrics.get("status")
+        if status == "dead":
+            cell["dead"] += 1
+        elif status != "ok":
+            cell["failed"] += 1
+        else:
+            m = s.metrics
+            cell["ok"][e.feature] = (float(m["mean"]), float(m["max"]), float(m["n_rules"]))
+    rows = []
+    for (explainer, rater), cell in sorted(cells.items()):
+        vals = np.array(list(cell["ok"].values()), dtype=np.float64).reshape(-1, 3)
+        means = vals.mean(axis=0) if len(vals) else np.full(3, math.nan)
+        rows.append(
+            ComplexityRow(
+                explainer, rater, float(means[0]), float(means[1]), float(means[2]), len(vals),
+                cell["failed"], cell["dead"],
+            )
+        )  # fmt: skip
+    return rows
+
+
 def _fmt(x: float, digits: int = 3) -> str:
     """A number for a table ('–' for NaN)."""
     return "–" if x is None or math.isnan(x) else f"{x:.{digits}f}"
@@ -220,8 +274,9 @@ def render_markdown(
     deltas: list[NegativeDelta],
     title: str = "",
     polysemanticity: list[PolysemanticityRow] | None = None,
+    complexity: list[ComplexityRow] | None = None,
 ) -> str:
-    """The tables as Markdown (the polysemanticity one when given)."""
+    """The tables as Markdown (the polysemanticity and complexity ones when given)."""
     lines = [f"# {title}", ""] if title else []
     lines += [
         "Higher is better for every metric except false-positive tokens. CI = 95% Student-t interval over features.",
@@ -263,6 +318,19 @@ def render_markdown(
                 f"| {p.explainer} | {_fmt(p.similarity)} | {_fmt(p.random_baseline)} | {p.n_features} | "
                 f"{p.n_skipped} |"
             )
+    if complexity:
+        lines += [
+            "",
+            "Rule complexity (an LLM rates each rule 0..5; lower = simpler; mean over features):",
+            "",
+            "| explainer | rater | mean rating | mean max rating | rules | features | failed | dead |",
+            "|---|---|---|---|---|---|---|---|",
+        ]
+        for c in complexity:
+            lines.append(
+                f"| {c.explainer} | {c.rater} | {_fmt(c.mean_rating, 2)} | {_fmt(c.mean_max_rating, 2)} | "
+                f"{_fmt(c.mean_rules, 1)} | {c.n_features} | {c.n_failed} | {c.n_dead} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -270,10 +338,12 @@ def render_csv(
     rows: list[ReportRow],
     deltas: list[NegativeDelta],
     polysemanticity: list[PolysemanticityRow] | None = None,
+    complexity: list[ComplexityRow] | None = None,
 ) -> str:
     """One CSV: the cells, the deltas as rows whose negative_source is '<close>-<random>' (e.g.
     'SIMILAR_NEGATIVE-RANDOM_NEGATIVE'), then polysemanticity rows (scorer 'polysemanticity', metrics
-    'mean_pairwise_cosine' and 'random_baseline_cosine')."""
+    'mean_pairwise_cosine' and 'random_baseline_cosine'), then complexity rows (scorer 'complexity', negative_source
+    = the rating LLM, metrics 'mean_rating' and 'mean_max_rating')."""
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(
@@ -330,5 +400,22 @@ def render_csv(
         ):
             w.writerow(
                 [p.explainer, "polysemanticity", "", metric, value, "", "", p.n_features, p.n_skipped, "", ""]
+            )
+    for c in complexity or []:
+        for metric, value in (("mean_rating", c.mean_rating), ("mean_max_rating", c.mean_max_rating)):
+            w.writerow(
+                [
+                    c.explainer,
+                    "complexity",
+                    c.rater,
+                    metric,
+                    value,
+                    "",
+                    "",
+                    c.n_features,
+                    c.n_failed,
+                    "",
+                    c.n_dead,
+                ]
             )
     return buf.getvalue()

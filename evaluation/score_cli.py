@@ -4,6 +4,7 @@
     workbench score --store S --sae ID --scorer detection --negatives random --llm-model gpt-4o-mini
     workbench score --store S --sae ID --scorer cosy --sae-path runs/sae   # offline corpus-rule-composer generator
     workbench score --store S --sae ID --scorer polysemanticity            # PRISM: descriptions vs random baseline
+    workbench score --store S --sae ID --scorer complexity --llm-model M   # an LLM rates each rule 0..5 (no offline)
     workbench report --store S --sae ID --format md --out report.md
 
 Offline (no --llm-model) the simulator is the lexical one and detection/fuzzing use lexical rule matching — both
@@ -83,11 +84,13 @@ def score(
     store: Path = typer.Option(..., help="Feature store (DuckDB file)."),
     sae: str = typer.Option(..., help="SAE id in the store."),
     scorer: str = typer.Option(
-        ..., help="simulation, detection, fuzzing, embedding, cosy or polysemanticity (PRISM explanations)."
+        ...,
+        help="simulation, detection, fuzzing, embedding, cosy, polysemanticity (PRISM explanations) or complexity "
+        "(an LLM rates each rule 0..5; needs --llm-model).",
     ),
     negatives: str = typer.Option(
         "similar_negative",
-        help="random, random_negative, similar or similar_negative (unused by cosy and polysemanticity).",
+        help="random, random_negative, similar or similar_negative (unused by cosy, polysemanticity, complexity).",
     ),
     explainer: str | None = typer.Option(None, help="Only this explainer's explanations (default: all)."),
     features: str | None = typer.Option(
@@ -112,6 +115,7 @@ def score(
     progress: bool = typer.Option(True, help="Show a progress bar."),
 ) -> None:
     """Score stored explanations with one scorer and one negative source; results go into the store."""
+    from evaluation.complexity import COMPLEXITY_PROMPT_VERSION
     from evaluation.cosy import CorpusRuleGenerator, LLMGenerator
     from evaluation.detection import LLMClassifier
     from evaluation.score_job import ScoreBackends, ScoreConfig, run_scoring
@@ -138,11 +142,13 @@ def score(
         backends.simulator = LLMSimulator(client, tag="score")
         backends.classifier = LLMClassifier(client)
         backends.llm_usage = lambda: client.ledger.total.to_dict() if client else {}
+        backends.llm_client = client
         backends.prompt_version = {
             "simulation": "simulate-v1",
             "detection": LLMClassifier.prompt_version("detection"),
             "fuzzing": LLMClassifier.prompt_version("fuzzing"),
             "cosy": LLMGenerator.prompt_version,
+            "complexity": COMPLEXITY_PROMPT_VERSION,
         }.get(scorer, "")
     if scorer == "cosy":
         parts = _cosy_backends(st, sae, sae_path, control_size, seed)
@@ -155,8 +161,9 @@ def score(
         st, sae, config, backends, explainer=explainer, features=parse_features(features), progress=progress
     )
     dead = f", {result.dead} dead feature(s) recorded unscored" if result.dead else ""
+    source = config.negatives if scorer not in ("cosy", "polysemanticity", "complexity") else "-"
     typer.echo(
-        f"{scorer}/{config.negatives if scorer not in ('cosy', 'polysemanticity') else '-'}: scored {result.scored}, skipped {result.skipped} (already scored), "
+        f"{scorer}/{source}: scored {result.scored}, skipped {result.skipped} (already scored), "
         f"recorded {result.failed} failure(s){dead} in {result.seconds:.1f}s"
     )
 
@@ -171,6 +178,7 @@ def report(
     """Explainers × scorers table for a feature set, with how much close negatives lower scores vs random ones."""
     from evaluation.report import (
         collect_rows,
+        complexity_rows,
         negative_deltas,
         polysemanticity_rows,
         render_csv,
@@ -186,11 +194,11 @@ def report(
     st.get_sae(sae)
     feats = parse_features(features)
     rows, deltas = collect_rows(st, sae, feats), negative_deltas(st, sae, feats)
-    poly = polysemanticity_rows(st, sae, feats)
+    poly, comp = polysemanticity_rows(st, sae, feats), complexity_rows(st, sae, feats)
     text = (
-        render_markdown(rows, deltas, f"Scores of SAE {sae}", poly)
+        render_markdown(rows, deltas, f"Scores of SAE {sae}", poly, comp)
         if format == "md"
-        else render_csv(rows, deltas, poly)
+        else render_csv(rows, deltas, poly, comp)
     )
     if out is None:
         typer.echo(text, nl=False)

@@ -14,6 +14,8 @@ Negatives are drawn by `explainers.sampling.draw_negatives` (the one implementat
 chunk is excluded) with seed + 1 and stored as a sample; a later run with the same settings reuses that sample.
 Every score records the score key, the negative source, the positive and negative window ids, the seed, the
 negative sample's id and seed, the simulator/classifier/generator name, the prompt version and the LLM usage.
+Two scorers draw no test records: polysemanticity (PRISM, over stored descriptions) and complexity (an LLM rates each
+rule 0..5, tree paper; `evaluation.complexity`; needs `ScoreBackends.llm_client`, there is no offline rating).
 Explanations already scored under the same key are skipped (resumable). A feature with no activations, or an empty / unparseable explanation, is
 recorded with a `status` and the batch goes on.
 """
@@ -32,6 +34,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from evaluation.complexity import COMPLEXITY_SCORER_VERSION
 from evaluation.cosy import (
     COSY_SCORER_VERSION,
     ActivationFn,
@@ -45,7 +48,8 @@ from evaluation.detection import (
     FUZZING_SCORER_VERSION,
     Classifier,
     LexicalRuleClassifier,
-    score_classification,
+    classification_items,
+    score_items,
 )
 from evaluation.embedding_scorer import EMBEDDING_SCORER_VERSION, Embedder, embedding_auroc
 from evaluation.polysemanticity import POLYSEMANTICITY_SCORER_VERSION
@@ -57,6 +61,7 @@ from evaluation.simulation import (
     score_simulation,
 )
 from explainers.lexical import LexicalSimulator
+from explainers.llm import LLMClient
 from explainers.prism import cluster_descriptions
 from explainers.records import Record, crop_record, make_record
 from explainers.sampling import (
@@ -74,7 +79,7 @@ from workbench.store import ExplanationRecord, Sample, ScoreRecord, Store
 
 log = logging.getLogger(__name__)
 
-SCORERS = ("simulation", "detection", "fuzzing", "embedding", "cosy", "polysemanticity")
+SCORERS = ("simulation", "detection", "fuzzing", "embedding", "cosy", "polysemanticity", "complexity")
 NEGATIVE_SOURCES = ("RANDOM", "RANDOM_NEGATIVE", "SIMILAR", "SIMILAR_NEGATIVE")
 SCORER_VERSIONS = {
     "simulation": SIMULATION_SCORER_VERSION,
@@ -83,6 +88,7 @@ SCORER_VERSIONS = {
     "embedding": EMBEDDING_SCORER_VERSION,
     "cosy": COSY_SCORER_VERSION,
     "polysemanticity": POLYSEMANTICITY_SCORER_VERSION,
+    "complexity": COMPLEXITY_SCORER_VERSION,
 }
 # Embedding model used for close negatives (tree-explainer spec: offline default all-MiniLM-L6-v2).
 EMBEDDING_MODEL = DEFAULT_EMBEDDING_MODEL
@@ -97,10 +103,11 @@ class ScoreConfig:
     """What to score and how the test records are drawn."""
 
     scorer: str
-    """simulation, detection, fuzzing, embedding, cosy or polysemanticity (PRISM's, over stored descriptions)."""
+    """simulation, detection, fuzzing, embedding, cosy, polysemanticity (PRISM's, over stored descriptions) or
+    complexity (an LLM rates each rule 0..5)."""
     negatives: str = "SIMILAR_NEGATIVE"
-    """RANDOM, RANDOM_NEGATIVE, SIMILAR or SIMILAR_NEGATIVE (tree paper default: SIMILAR_NEGATIVE). Unused by cosy
-    and polysemanticity."""
+    """RANDOM, RANDOM_NEGATIVE, SIMILAR or SIMILAR_NEGATIVE (tree paper default: SIMILAR_NEGATIVE). Unused by cosy,
+    polysemanticity and complexity."""
     n_positives: int = 10
     """Positive test records (tree paper: 10)."""
     n_negatives: int = 10
@@ -144,6 +151,8 @@ class ScoreBackends:
     """Prompt version of the LLM component, if any (recorded)."""
     llm_usage: Callable[[], dict[str, Any]] | None = None
     """Returns the LLM usage so far (tokens, seconds), recorded as a per-score delta."""
+    llm_client: LLMClient | None = None
+    """LLM that rates rule complexity; required by complexity (no offline rating)."""
 
     _memo: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     """Embeddings computed so far, per text (one batch's explanations share their features' test windows)."""
@@ -212,6 +221,8 @@ def backend_name(config: ScoreConfig, backends: ScoreBackends) -> str:
         return backends.simulator.name
     if config.scorer in ("detection", "fuzzing"):
         return (backends.classifier or LexicalRuleClassifier(backends.simulator)).name
+    if config.scorer == "complexity":
+        return f"llm:{backends.llm_client.config.model}" if backends.llm_client is not None else "none"
     if config.scorer in ("embedding", "polysemanticity"):
         return (
             EMBEDDING_MODEL
@@ -353,10 +364,12 @@ async def _score_one(
     if config.scorer in ("detection", "fuzzing"):
         clf = backends.classifier or LexicalRuleClassifier(backends.simulator)
         task = "detection" if config.scorer == "detection" else "fuzzing"
-        m = await score_classification(
-            clf, task, scorable, tests.positives, tests.negatives, seed=config.seed
-        )
-        return m.to_dict()
+        items = classification_items(task, tests.positives, tests.negatives, seed=config.seed)
+        m = (await score_items(clf, task, scorable, items)).to_dict()
+        if task == "fuzzing":
+            # delphi's mis-highlighted positives (label 0) next to the correctly highlighted ones and the negatives.
+            m["n_mis_highlighted"] = sum(it.kind == "mis_highlighted" for it in items)
+        return m
     if config.scorer == "embedding":
         pos = ["".join(r.tokens) for r in tests.positives]
         neg = ["".join(r.tokens) for r in tests.negatives]
@@ -435,6 +448,12 @@ async def run_scoring_async(
             features=features,
             seed=config.seed,
             progress=progress,
+        )
+    if config.scorer == "complexity":
+        from evaluation.complexity import run_complexity
+
+        return await run_complexity(
+            store, sae_id, backends.llm_client, explainer=explainer, features=features, progress=progress
         )
     t0 = time.perf_counter()
     explanations = store.explanations(sae_id=sae_id, explainer=explainer)

@@ -13,7 +13,7 @@ from evaluation.prompts.detection import (
 
 def test_versions() -> None:
     assert DETECTION_PROMPT_VERSION == "detection-v1"
-    assert FUZZING_PROMPT_VERSION == "fuzzing-v1"
+    assert FUZZING_PROMPT_VERSION == "fuzzing-v2"
     assert COSY_PROMPT_VERSION == "cosy-generator-v1"
     assert COMPLEXITY_PROMPT_VERSION == "complexity-v1"
 
@@ -32,12 +32,15 @@ def test_fuzzing_prompt_and_highlight_golden() -> None:
     assert highlight(["a", " big", " dog", " ran"], [False, True, True, False]) == "a<< big dog>> ran"
     assert highlight(["x", "y"], [False, True]) == "x<<y>>"
     system, user = fuzzing_messages("dogs", ["a<< dog>>"])
-    assert "highlighted between << and >>" in system["content"]
+    assert system["content"].endswith(
+        "highlighted between << and >>. Some texts are highlighted wrongly. You decide, for each text, whether every "
+        "highlighted token is one on which the feature, as explained, fires."
+    )
     assert user["content"] == (
         "Explanation of the feature: dogs\n\n"
         "Text 1:\na<< dog>>\n\n"
-        "For each of the 1 texts, answer 1 if the highlighted tokens are correctly marked as the tokens the feature fires\n"
-        "on, and 0 if they are not. Reply with a JSON array of exactly 1 integers (0 or 1), in order, and nothing else."
+        "For each of the 1 texts, answer 1 if every highlighted token is one the feature fires on, and 0 if any highlighted\n"
+        "token is not. Reply with a JSON array of exactly 1 integers (0 or 1), in order, and nothing else."
     )
 
 

@@ -9,7 +9,13 @@ import numpy as np
 import pytest
 
 from evaluation.cosy import CorpusRuleGenerator, CorpusSnippet, LLMGenerator, cosy_score, prism_aggregate
-from evaluation.detection import LexicalRuleClassifier, LLMClassifier, fuzzing_items, score_classification
+from evaluation.detection import (
+    ClassificationItem,
+    LexicalRuleClassifier,
+    LLMClassifier,
+    fuzzing_items,
+    score_classification,
+)
 from evaluation.embedding_scorer import embedding_score
 from evaluation.polysemanticity import (
     mean_pairwise_cosine,
@@ -91,16 +97,72 @@ def test_detection_and_fuzzing_lexical_close_vs_easy_negatives() -> None:
     assert close.balanced_accuracy == pytest.approx(0.5)
     correct = scorable_explanation('"dog"')
     fz = run(score_classification(clf, "fuzzing", correct, POS, NEG_CLOSE, seed=0))
-    assert fz.n == 3 and fz.tp == 2
+    # 2 true highlights (label 1) + 2 mis-highlighted positives + 1 negative (label 0); "dog" never lands on a wrong
+    # token, so the correct explanation is right on all five.
+    assert fz.n == 5 and fz.tp == 2 and fz.tn == 3
+
+
+def test_fuzzing_items_hand_case_labels_counts_and_seed() -> None:
+    # Active counts 2, 2, 2: inactive tokens {0, 3}, {1}, none.
+    two_idle = rec(10, "a b c d", [0, 1, 1, 0])
+    one_idle = rec(11, "e f g", [1, 0, 1])
+    none_idle = rec(12, "h i", [1, 1])
+    neg = rec(13, "j k l m n", [0, 0, 0, 0, 0])
+    items = fuzzing_items([two_idle, one_idle, none_idle], [neg], seed=3)
+    assert [(it.record.window_id, it.label, it.kind) for it in items] == [
+        (10, True, "positive"), (11, True, "positive"), (12, True, "positive"),
+        (10, False, "mis_highlighted"), (11, False, "mis_highlighted"),  # 12 has no token where it does not fire
+        (13, False, "negative"),
+    ]  # fmt: skip
+    marks = [it.highlighted.tolist() for it in items]  # type: ignore[union-attr]
+    assert marks[:3] == [[False, True, True, False], [True, False, True], [True, True]]
+    # Same number of highlights as the true ones, only where the feature does not fire: forced here.
+    assert marks[3] == [True, False, False, True]
+    assert marks[4] == [False, True, False]  # capped at the one inactive token
+    assert sum(marks[5]) == 2  # every positive has 2 active tokens, so the negative gets 2 highlights
+    again = fuzzing_items([two_idle, one_idle, none_idle], [neg], seed=3)
+    assert [it.highlighted.tolist() for it in again] == marks  # type: ignore[union-attr]
+    # The seed is used: a long positive's single mis-highlight lands elsewhere under some other seed.
+    long = rec(14, " ".join(f"t{i}" for i in range(30)), [0.0] * 29 + [1.0])
+    spots = {int(np.flatnonzero(fuzzing_items([long], [], seed=s)[1].highlighted)[0]) for s in range(5)}  # type: ignore[arg-type]
+    assert len(spots) > 1 and 29 not in spots
+
+
+def test_fuzzing_mis_highlights_separate_correct_from_over_broad() -> None:
+    # Length-2 windows force the highlights: the positive's wrong copy marks "barked", the negative's one token.
+    pos = [rec(20, "dog barked", [3, 0])]
+    neg = [rec(21, "barked", [0])]
+    clf = LexicalRuleClassifier(LexicalSimulator())
+    correct = run(score_classification(clf, "fuzzing", scorable_explanation('"dog"'), pos, neg, seed=0))
+    broad = run(
+        score_classification(clf, "fuzzing", scorable_explanation('"dog" or "barked"'), pos, neg, seed=0)
+    )
+    assert (correct.tp, correct.fp, correct.tn) == (1, 0, 2) and correct.balanced_accuracy == 1.0
+    assert (broad.tp, broad.fp, broad.tn) == (1, 2, 0) and broad.balanced_accuracy == 0.5
+
+
+def test_lexical_fuzzing_rule_needs_every_highlighted_token_predicted_active() -> None:
+    # delphi: "an example is only correct if every marked token is representative of the feature".
+    r = rec(30, "dog cat dog", [1, 0, 1])
+    clf = LexicalRuleClassifier(LexicalSimulator())
+    items = [
+        ClassificationItem(r, True, np.array([True, False, True])),
+        # Half of the highlights right is not right; nothing highlighted is not right either.
+        ClassificationItem(r, False, np.array([True, True, False]), "mis_highlighted"),
+        ClassificationItem(r, False, np.array([False, False, False]), "negative"),
+    ]
+    preds = run(clf.classify("fuzzing", scorable_explanation('"dog"'), items))
+    assert preds.tolist() == [True, False, False]
 
 
 def test_fuzzing_items_are_seeded_and_label_correct_highlights() -> None:
     a = fuzzing_items(POS, NEG_CLOSE, seed=3)
     b = fuzzing_items(POS, NEG_CLOSE, seed=3)
-    assert [it.label for it in a] == [True, True, False]
+    assert [it.label for it in a] == [True, True, False, False, False]
     assert a[0].highlighted is not None and a[0].highlighted.tolist() == [False, True, False]
     assert all(np.array_equal(x.highlighted, y.highlighted) for x, y in zip(a, b, strict=True))  # type: ignore[arg-type]
-    assert int(a[2].highlighted.sum()) == 1  # type: ignore[union-attr]
+    assert int(a[4].highlighted.sum()) == 1  # type: ignore[union-attr]
+    assert not any(it.highlighted[1] for it in a[2:4])  # type: ignore[index]  # never on the active "dog"
 
 
 def test_embedding_score_pure() -> None:

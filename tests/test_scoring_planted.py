@@ -159,9 +159,23 @@ def _metric(store: Store, scorer: str, source: str, explainer: str, name: str) -
 @pytest.mark.slow
 @pytest.mark.parametrize(
     ("scorer", "metric"),
-    # Fuzzing is not here: its negatives carry random highlights, which neither rule set calls correct, so both
-    # explanations tie under either source (test_scoring_is_resumable… and the unit tests cover fuzzing).
-    [("simulation", "pearson"), ("detection", "balanced_accuracy")],
+    [
+        ("simulation", "pearson"),
+        ("detection", "balanced_accuracy"),
+        # Fuzzing separates the two explanations (correct 1.0 vs broad 0.95 at seed 0) through its mis-highlighted
+        # positives, which are the same windows and highlights under either source, so the gap is the same (0.05)
+        # under both. Only the negatives differ, and their random highlights almost never land on a token the broad
+        # rule names (about 0.6% of SIMILAR_NEGATIVE tokens here, 0.3% of RANDOM ones): close negatives cannot widen
+        # the gap with 10 negatives. strict: if this starts passing, find out why before trusting it.
+        pytest.param(
+            "fuzzing",
+            "balanced_accuracy",
+            marks=pytest.mark.xfail(
+                strict=True,
+                reason="fuzzing's gap comes from mis-highlighted positives, identical under both sources",
+            ),
+        ),
+    ],
 )
 def test_close_negatives_widen_the_gap_between_correct_and_over_broad(
     planted: Store, scorer: str, metric: str
@@ -175,6 +189,36 @@ def test_close_negatives_widen_the_gap_between_correct_and_over_broad(
         gaps[source] = correct - broad
     assert gaps["SIMILAR_NEGATIVE"] > 0, gaps
     assert gaps["SIMILAR_NEGATIVE"] > gaps["RANDOM"], gaps
+
+
+@pytest.mark.slow
+def test_fuzzing_mis_highlighted_positives_separate_correct_from_over_broad(planted: Store) -> None:
+    # delphi's mis-highlighted positives: the over-broad rule also calls wrong highlights on a def window correct
+    # when they land on one of its keywords. Ten seeds (ten draws of positives, mis-highlights and negatives) because
+    # one draw of 10 positives gives only 0–2 such items.
+    gaps: dict[str, list[float]] = {"RANDOM": [], "SIMILAR_NEGATIVE": []}
+    for seed in range(10):
+        for source, per_seed in gaps.items():
+            run_scoring(planted, SAE_ID, ScoreConfig("fuzzing", source, seed=seed), progress=False)
+            scores = {}
+            for explainer in ("planted-correct", "planted-broad"):
+                (expl,) = planted.explanations(sae_id=SAE_ID, feature=DEF_FEATURE, explainer=explainer)
+                (score,) = [
+                    s
+                    for s in planted.scores(explanation_id=expl.id, scorer="fuzzing")
+                    if s.negative_source == source and s.provenance["seed"] == seed
+                ]
+                assert score.metrics["status"] == "ok" and score.metrics["n_mis_highlighted"] == 10
+                scores[explainer] = score.metrics
+            # The broad rule names every token the correct one does: it can only add false positives.
+            assert scores["planted-correct"]["tp"] == scores["planted-broad"]["tp"] == 10
+            assert scores["planted-correct"]["fp"] <= scores["planted-broad"]["fp"]
+            per_seed.append(
+                scores["planted-correct"]["balanced_accuracy"] - scores["planted-broad"]["balanced_accuracy"]
+            )
+    mean = {source: float(np.mean(v)) for source, v in gaps.items()}
+    assert mean["RANDOM"] > 0 and mean["SIMILAR_NEGATIVE"] > 0, gaps
+    assert mean["SIMILAR_NEGATIVE"] >= mean["RANDOM"], gaps  # close negatives do not narrow it
 
 
 @pytest.mark.slow

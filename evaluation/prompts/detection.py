@@ -1,6 +1,7 @@
 """Prompts of the delphi-style classification scorers (Paulo et al. 2024, "Automatically Interpreting Millions of
-Features in Large Language Models"): detection (does this text activate the feature?) and fuzzing (are the
-highlighted tokens the ones the feature fires on?). Several texts go into one call; the answer is a JSON array of
+Features in Large Language Models"): detection (does this text activate the feature?) and fuzzing (is every
+highlighted token one the feature fires on? delphi: "an example is only correct if every marked token is
+representative of the feature"). Several texts go into one call; the answer is a JSON array of
 0/1, one per text, parsed strictly.
 """
 
@@ -9,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 DETECTION_PROMPT_VERSION = "detection-v1"
-FUZZING_PROMPT_VERSION = "fuzzing-v1"
+# v2: asks whether EVERY highlighted token is one the feature fires on (delphi's rule; some positives are now
+# mis-highlighted on purpose).
+FUZZING_PROMPT_VERSION = "fuzzing-v2"
 
 # Fuzzing marks highlighted tokens like delphi does.
 HIGHLIGHT_OPEN = "<<"
@@ -29,16 +32,16 @@ Reply with a JSON array of exactly {n} integers (0 or 1), in order, and nothing 
 
 FUZZING_SYSTEM = (
     "You are evaluating an explanation of a feature of a language model. In each text some tokens are "
-    f"highlighted between {HIGHLIGHT_OPEN} and {HIGHLIGHT_CLOSE}. You decide, for each text, whether the "
-    "highlighted tokens are the ones on which the feature, as explained, fires."
+    f"highlighted between {HIGHLIGHT_OPEN} and {HIGHLIGHT_CLOSE}. Some texts are highlighted wrongly. You decide, "
+    "for each text, whether every highlighted token is one on which the feature, as explained, fires."
 )
 
 FUZZING_TEMPLATE = """Explanation of the feature: {explanation}
 
 {texts}
 
-For each of the {n} texts, answer 1 if the highlighted tokens are correctly marked as the tokens the feature fires
-on, and 0 if they are not. Reply with a JSON array of exactly {n} integers (0 or 1), in order, and nothing else."""
+For each of the {n} texts, answer 1 if every highlighted token is one the feature fires on, and 0 if any highlighted
+token is not. Reply with a JSON array of exactly {n} integers (0 or 1), in order, and nothing else."""
 
 
 def _numbered(texts: Sequence[str]) -> str:
