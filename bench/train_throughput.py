@@ -33,7 +33,9 @@ def _windows(model, corpus, n_tokens: int, context_size: int) -> list[list[int]]
     return out
 
 
-def run_sae_lens(model, windows: list[list[int]], n_tokens: int, context_size: int, batch: int) -> float:
+def run_sae_lens(
+    model, windows: list[list[int]], n_tokens: int, context_size: int, batch: int, device: str = "cpu"
+) -> float:
     """Seconds for sae-lens's LanguageModelSAETrainingRunner to train on n_tokens (model forward included)."""
     from datasets import Dataset
     from sae_lens import (
@@ -61,7 +63,7 @@ def run_sae_lens(model, windows: list[list[int]], n_tokens: int, context_size: i
         lr_end=4e-4,
         logger=LoggingConfig(log_to_wandb=False),
         output_path=None,
-        device="cpu",
+        device=device,
         dtype="float32",
     )
     dataset = Dataset.from_dict({"input_ids": windows})
@@ -76,11 +78,13 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=131_072)
     parser.add_argument("--batch", type=int, default=4096)
     parser.add_argument("--context-size", type=int, default=128)
+    parser.add_argument("--device", default="cpu", help="torch device of every contestant (cpu, cuda)")
     parser.add_argument(
         "--json", default=None, help="also write the table as JSON here (for bench/run_all.py)"
     )
     args = parser.parse_args()
-    torch.set_num_threads(2)
+    if args.device == "cpu":
+        torch.set_num_threads(2)  # the reference machine's cores
 
     from sae.data import cache_source, streaming_source
     from sae.train import TrainConfig, train_sae
@@ -88,7 +92,8 @@ def main() -> None:
     from workbench.corpus import resolve_corpus
     from workbench.models import load_model
 
-    model = load_model("smollm2-135m")
+    device = args.device
+    model = load_model("smollm2-135m", device=device)
     corpus = resolve_corpus("default")
     n, ctx = args.tokens, args.context_size
     cfg = TrainConfig(
@@ -99,19 +104,27 @@ def main() -> None:
     try:
         windows = _windows(model, corpus, n, ctx)
         rows.append(
-            ("sae-lens LanguageModelSAETrainingRunner", n / run_sae_lens(model, windows, n, ctx, args.batch))
+            (
+                "sae-lens LanguageModelSAETrainingRunner",
+                n / run_sae_lens(model, windows, n, ctx, args.batch, device),
+            )
         )
 
         started = time.perf_counter()
         train_sae(
-            streaming_source(model, HOOK, corpus, context_size=ctx), 576, cfg, tmp / "stream", progress=False
+            streaming_source(model, HOOK, corpus, context_size=ctx),
+            576,
+            cfg,
+            tmp / "stream",
+            progress=False,
+            device=device,
         )
         rows.append(("workbench train (streaming)", n / (time.perf_counter() - started)))
 
         started = time.perf_counter()
         cache_activations(
             model, [HOOK], corpus, tmp / "cache", n_tokens=int(n * 1.1), context_size=ctx, progress=False
-        )
+        )  # on the model's device
         cache_s = time.perf_counter() - started
         started = time.perf_counter()
         train_sae(
@@ -120,6 +133,7 @@ def main() -> None:
             TrainConfig(**{**cfg.to_dict(), "shuffle_chunks": 1}),
             tmp / "cached",
             progress=False,
+            device=device,
         )
         rows.append(("workbench train (from cache)", n / (time.perf_counter() - started)))
         rows.append(("  (writing the cache, fp16)", n * 1.1 / cache_s))
@@ -128,7 +142,7 @@ def main() -> None:
 
     base = rows[0][1]
     print(
-        f"\nSAE training, SmolLM2-135M {HOOK}, TopK 576→4608 k=32, {n:,} tokens, batch {args.batch}, 2 threads"
+        f"\nSAE training, SmolLM2-135M {HOOK}, TopK 576→4608 k=32, {n:,} tokens, batch {args.batch}, {device}"
     )
     print(f"{'contestant':<44}{'tokens/s':>10}{'vs sae-lens':>13}")
     for name, rate in rows:
@@ -142,7 +156,7 @@ def main() -> None:
             ["contestant", "tokens/s", "vs sae-lens"], [[k, f"{r:,.0f}", f"{r / base:.2f}×"] for k, r in rows]
         )
         cached = dict(rows)["workbench train (from cache)"] / stream
-        context = f"SmolLM2-135M {HOOK}, TopK 576→4608 k=32, {n:,} tokens, batch {args.batch}, 2 threads"
+        context = f"SmolLM2-135M {HOOK}, TopK 576→4608 k=32, {n:,} tokens, batch {args.batch}, {device}"
         write_tables_json(args.json, [table], [context, f"cache-fed / streaming: {cached:.2f}×"])
 
 

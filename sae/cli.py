@@ -51,6 +51,9 @@ def train(
     nan_policy: str = typer.Option(
         "stop", help="NaN/inf activations: 'stop' (error naming the shard) or 'skip'."
     ),
+    device: str = typer.Option(
+        "cpu", help="Torch device for the model forward and SAE training (cpu, cuda, cuda:1, mps)."
+    ),
     wandb: bool = typer.Option(
         False, help="Also log to Weights & Biases (a local JSONL log is always written)."
     ),
@@ -71,7 +74,7 @@ def train(
     from workbench.corpus import default_bos_id, iter_windows, resolve_corpus
     from workbench.models import load_model, validate_hooks
 
-    lm = load_model(model)
+    lm = load_model(model, device=device)
     validate_hooks(lm, [hook])
     assert lm.tokenizer is not None
     the_corpus = resolve_corpus(corpus)
@@ -110,7 +113,9 @@ def train(
         )
         start_window = 0
     meta = {"context_size": context_size, "prepend_bos": False, "bos_id": bos_id, "dataset_path": corpus}
-    result = train_sae(source, d_in, cfg, out, model_name=model, hook=hook, metadata=meta, resume=resume)
+    result = train_sae(
+        source, d_in, cfg, out, model_name=model, hook=hook, metadata=meta, resume=resume, device=device
+    )
     typer.echo(
         f"trained {result.n_tokens:,} tokens in {result.seconds:.0f}s ({result.tokens_per_s:,.0f} tok/s); sae_id {result.sae_id}"
     )
@@ -120,7 +125,7 @@ def train(
         start_window = int(tokens / (context_size - 1) * 1.05) + windows_per_chunk * cfg.shuffle_chunks
     from sae.io import load_sae
 
-    sae = load_sae(out)
+    sae = load_sae(out, device=device)
     batches = (
         (torch.from_numpy(b.tokens_BT).long(), torch.from_numpy(b.mask_BT))
         for b in iter_windows(

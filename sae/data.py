@@ -98,7 +98,9 @@ def streaming_source(
             with torch.inference_mode():
                 model.run_with_hooks(tokens_BT, fwd_hooks=[(hook, grab)], stop_at_layer=stop_at)
             mask_BT = torch.from_numpy(batch.mask_BT).to(device)
-            acts_ND = captured["act"][mask_BT].float().cpu()
+            acts_ND = captured["act"][
+                mask_BT
+            ].float()  # stays on the model's device: the SAE trains there too
             first, last = int(batch.window_ids[0]), int(batch.window_ids[-1])
             yield Chunk(acts_ND, f"windows {first}-{last}")
 
@@ -138,8 +140,10 @@ class ShuffledBatches:
         chunks_per_block: int = 16,
         nan_policy: NanPolicy = "stop",
         resume: dict[str, int] | None = None,
+        limit: int | None = None,
     ) -> None:
         self.batch_size = batch_size
+        self.limit = limit
         self.seed = seed
         self.chunks_per_block = chunks_per_block
         self.nan_policy = nan_policy
@@ -173,12 +177,18 @@ class ShuffledBatches:
 
     def _load_block(self) -> bool:
         """Append the next shuffled block to the buffer; False when the source is exhausted."""
-        rows = []
+        rows: list[torch.Tensor] = []
+        n_rows = 0
         for _ in range(self.chunks_per_block):
+            # Stop reading once the stream holds every row the run will train on: the last block would otherwise
+            # make the source produce (streaming: run the model over) up to a whole block nobody uses.
+            if self.limit is not None and self._stream_pos + n_rows >= self.limit:
+                break
             chunk = next(self._chunks, None)
             if chunk is None:
                 break
             rows.append(self._clean(chunk))
+            n_rows += rows[-1].shape[0]
         if not rows:
             return False
         block = torch.cat(rows)
@@ -209,6 +219,15 @@ class ShuffledBatches:
         self._buffer, self._buffered = [rest], rest.shape[0]
         self.consumed += self.batch_size
         return batch
+
+    def peek(self, n_rows: int) -> torch.Tensor:
+        """The next `n_rows` rows (fewer if the source runs out) without consuming them: the run still trains on them."""
+        while self._buffered < n_rows and self._load_block():
+            pass
+        if not self._buffer:
+            return torch.empty(0)
+        self._buffer = [torch.cat(self._buffer)]
+        return self._buffer[0][:n_rows]
 
     def state(self) -> dict[str, int]:
         """Where to restart so the next batch is exactly the one this batcher would yield next."""

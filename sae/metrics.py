@@ -247,13 +247,14 @@ def evaluate_sae(
     sae.eval()
     ce_left = (ce_windows if ce_windows is not None else math.inf) if with_ce else 0
     stop_at_arg = stop_layer([hook], model.cfg.n_layers)
+    device = next(model.parameters()).device
     sums = _Sums(sae.cfg.d_sae)
     bar = tqdm(total=total_windows, unit="win", desc="eval", disable=not progress)
 
     for big_tokens_BT, big_mask_BT in batches:
         for start in range(0, big_tokens_BT.shape[0], batch_windows):
-            tokens_BT = big_tokens_BT[start : start + batch_windows]
-            mask_BT = big_mask_BT[start : start + batch_windows].bool()
+            tokens_BT = big_tokens_BT[start : start + batch_windows].to(device)
+            mask_BT = big_mask_BT[start : start + batch_windows].bool().to(device)
             n_ce = int(min(ce_left, tokens_BT.shape[0]))
             ce_left -= n_ce
             if n_ce:

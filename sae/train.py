@@ -28,7 +28,7 @@ from sae_lens.registry import SAE_TRAINING_CLASS_REGISTRY
 from sae_lens.saes.sae import TrainStepOutput
 from tqdm.auto import tqdm
 
-from sae.data import ChunkSource, NanPolicy, ShuffledBatches, TrainingDataExhaustedError
+from sae.data import ChunkSource, NanPolicy, ShuffledBatches
 from sae.io import UnknownArchitectureError, compute_sae_id, save_sae
 from workbench import paths
 from workbench.errors import WorkbenchError
@@ -167,7 +167,7 @@ def build_training_sae(
     return sae
 
 
-def _trainer_config(cfg: TrainConfig, out: Path) -> SAETrainerConfig:
+def _trainer_config(cfg: TrainConfig, out: Path, device: str = "cpu") -> SAETrainerConfig:
     """sae-lens trainer settings, with the pitfalls of design.md handled (explicit lr_end, no W&B unless asked)."""
     lr = cfg.lr if cfg.lr is not None else ARCH_DEFAULTS[cfg.architecture]["lr"]
     steps = cfg.n_tokens // cfg.batch_size
@@ -180,6 +180,7 @@ def _trainer_config(cfg: TrainConfig, out: Path) -> SAETrainerConfig:
         lr_scheduler_name="constant",
         lr_warm_up_steps=warmup,
         lr_decay_steps=steps // 5,
+        device=device,
         dead_feature_window=max(1, cfg.dead_feature_tokens // cfg.batch_size),
         feature_sampling_window=max(1, steps),
         checkpoint_path=str(out / "checkpoints"),
@@ -192,31 +193,26 @@ def _trainer_config(cfg: TrainConfig, out: Path) -> SAETrainerConfig:
 def _init_from_data(
     trainer: SAETrainer[Any, Any],
     sae: TrainingSAE[Any],
-    source: ChunkSource,
+    batches: ShuffledBatches,
     cfg: TrainConfig,
     n_batches: int,
 ) -> None:
-    """Input scaling factor and b_dec = data mean, from one separate pass over the first batches (so the training
-    stream is untouched and a resumed run never needs them again: both live in the checkpoint)."""
+    """Input scaling factor and b_dec = data mean, from the first `n_batches` training batches, peeked at without
+    consuming them (no separate pass over the source; a resumed run never needs them again: both live in the
+    checkpoint)."""
     normalise = sae.cfg.normalize_activations == "expected_average_only_in"
     if not normalise and cfg.init_b_dec != "mean":
         return
-    batches = ShuffledBatches(source, cfg.batch_size, cfg.seed, cfg.shuffle_chunks, "skip")
-    taken = []
-    for _ in range(n_batches):
-        try:
-            taken.append(next(batches))
-        except TrainingDataExhaustedError:  # a tiny source: use what there is
-            break
-    if not taken:
+    rows = batches.peek(n_batches * cfg.batch_size)
+    finite = rows[torch.isfinite(rows).all(dim=-1)].double() if rows.numel() else rows.double()
+    if finite.shape[0] == 0:
         return
-    rows = torch.cat(taken).double()
     scale = 1.0
     if normalise:  # sae-lens's ActivationScaler.estimate_scaling_factor: √d_in / E‖x‖
-        scale = rows.shape[1] ** 0.5 / float(rows.norm(dim=-1).mean())
+        scale = finite.shape[1] ** 0.5 / float(finite.norm(dim=-1).mean())
         trainer.activation_scaler.scaling_factor = scale
     if cfg.init_b_dec == "mean":
-        sae.b_dec.data.copy_((rows.mean(0) * scale).to(sae.b_dec.dtype))
+        sae.b_dec.data.copy_((finite.mean(0) * scale).to(sae.b_dec.dtype))
 
 
 @torch.no_grad()
@@ -291,17 +287,27 @@ def train_sae(
     metadata: dict[str, Any] | None = None,
     resume: bool = False,
     progress: bool = True,
+    device: str = "cpu",
 ) -> TrainResult:
-    """Train an SAE on activations from `source`, checkpointing into `out`; save it there in SAELens format."""
+    """Train an SAE on activations from `source`, checkpointing into `out`; save it there in SAELens format.
+
+    The SAE is initialised on the CPU (the same weights for a seed on any device), then trained on `device`.
+    """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     meta = {"model_name": model_name, "hook_name": hook, **(metadata or {})}
     sae = build_training_sae(cfg, d_in, meta)
-    trainer_cfg = _trainer_config(cfg, out)
+    trainer_cfg = _trainer_config(cfg, out, device)
     resume_from = _check_resumable(out, cfg) if resume else None
     data_state = json.loads((resume_from / "data_state.json").read_text()) if resume_from else None
     batches = ShuffledBatches(
-        source, cfg.batch_size, cfg.seed, cfg.shuffle_chunks, cfg.nan_policy, data_state
+        source,
+        cfg.batch_size,
+        cfg.seed,
+        cfg.shuffle_chunks,
+        cfg.nan_policy,
+        data_state,
+        limit=trainer_cfg.total_training_samples,
     )
     trainer: SAETrainer[Any, Any] = SAETrainer(cfg=trainer_cfg, sae=sae, data_provider=batches)
     if resume_from is not None:
@@ -311,7 +317,7 @@ def train_sae(
     else:
         (out / "train_config.json").write_text(json.dumps(cfg.to_dict(), indent=1))
         (out / "train_log.jsonl").unlink(missing_ok=True)
-        _init_from_data(trainer, sae, source, cfg, trainer_cfg.n_batches_for_norm_estimate)
+        _init_from_data(trainer, sae, batches, cfg, trainer_cfg.n_batches_for_norm_estimate)
     if cfg.wandb:
         import wandb
 
@@ -359,7 +365,8 @@ def train_sae(
     seconds = time.perf_counter() - started
     if hasattr(sae, "topk_threshold") and recent:
         before = float(cast(torch.Tensor, sae.topk_threshold))
-        sae.topk_threshold = calibrate_threshold(sae, [trainer.activation_scaler(b) for b in recent], cfg.k)
+        scaled = [trainer.activation_scaler(b.to(sae.W_dec.device)) for b in recent]
+        sae.topk_threshold = calibrate_threshold(sae, scaled, cfg.k)
         log.info(
             "BatchTopK threshold: running estimate %.4g → calibrated %.4g", before, float(sae.topk_threshold)
         )
@@ -368,6 +375,9 @@ def train_sae(
         sae.fold_activation_norm_scaling_factor(trainer.activation_scaler.scaling_factor)
         trainer.activation_scaler.scaling_factor = None
     trainer.set_final_sae_metadata()
+    sae.to(
+        "cpu"
+    )  # saved weights and cfg.json say cpu whatever device trained them (load_sae picks the device)
     save_sae(sae, out, trainer.log_feature_sparsity)
     sae_id = compute_sae_id(sae, model_name, hook)
     if cfg.wandb:

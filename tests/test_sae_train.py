@@ -70,6 +70,27 @@ def test_batcher_is_deterministic_and_resumes_exactly():
     assert not torch.equal(full[0], chunks[0][:48])
 
 
+def test_batcher_reads_no_chunk_past_its_limit_and_peek_consumes_nothing():
+    chunks = synthetic_chunks(8, rows=100)
+    read: list[int] = []
+
+    def counting(start: int):
+        for i, chunk in enumerate(tensor_source(chunks)(start), start=start):
+            read.append(i)
+            yield chunk
+
+    # 250 rows need chunks 0-2 (300 rows); without the limit the 4-chunk block would read chunk 3 as well.
+    limited = ShuffledBatches(counting, 50, seed=1, chunks_per_block=4, limit=250)
+    peeked = limited.peek(120)
+    batches = [next(limited) for _ in range(5)]
+    assert read == [0, 1, 2]
+    torch.testing.assert_close(torch.cat(batches)[:120], peeked)
+    unlimited = ShuffledBatches(tensor_source(chunks), 50, seed=1, chunks_per_block=4)
+    assert not torch.equal(
+        torch.cat([next(unlimited) for _ in range(5)]), torch.cat(batches)
+    )  # 3- vs 4-chunk block
+
+
 @pytest.mark.parametrize("arch", ARCHITECTURES)
 def test_each_architecture_trains_saves_and_reloads(arch: str, tmp_path: Path):
     result = train_sae(
