@@ -452,8 +452,10 @@ class ExplainJob:
 
         cfg = self.config
         pos_ids, neg_ids = self._tree_ids(feature)
-        pos = self._records(feature, pos_ids, cfg.record_len)
-        neg = self._records(feature, neg_ids, cfg.record_len)
+        # One store read for both (RANDOM / SIMILAR negatives may repeat a positive: load each window once).
+        uniq = list(dict.fromkeys(pos_ids + neg_ids))
+        by_id = {r.window_id: r for r in self._records(feature, uniq, cfg.record_len)}
+        pos, neg = [by_id[i] for i in pos_ids], [by_id[i] for i in neg_ids]
         splits = interleave_splits(pos, neg)
         tc = TreeConfig(**{**asdict(cfg.tree), "rule_cap": cfg.rule_cap})
         if client is None:

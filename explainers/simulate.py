@@ -37,6 +37,31 @@ class Simulator(Protocol):
         ...
 
 
+class MemoSimulator:
+    """Wraps a deterministic simulator so each (explanation, records) pair is simulated once per instance.
+
+    Simulation is a function of the explanation and the records' tokens (the LLM simulator runs at temperature 0,
+    the lexical one is pure), so a repeat is answered from memory instead of a new call; in the tree search
+    children keep most of their parent's rules, and the roots are often identical. Concurrent requests for the
+    same pair share one in-flight call. Callers must not modify the returned arrays.
+    """
+
+    def __init__(self, inner: Simulator) -> None:
+        """Memoise `inner`; provenance keeps its name."""
+        self.inner = inner
+        self.name = inner.name
+        self._memo: dict[tuple[str, tuple[tuple[str, ...], ...]], asyncio.Future[list[np.ndarray]]] = {}
+
+    async def simulate(self, explanation: str, records: Sequence[Record]) -> list[np.ndarray]:
+        """The inner simulator's predictions, computed once per (explanation, record tokens)."""
+        key = (explanation, tuple(r.tokens for r in records))
+        hit = self._memo.get(key)
+        if hit is None:
+            hit = asyncio.ensure_future(self.inner.simulate(explanation, records))
+            self._memo[key] = hit
+        return await asyncio.shield(hit)
+
+
 def pooled_correlation(pred: Sequence[np.ndarray], true: Sequence[np.ndarray]) -> float:
     """Pearson correlation over all tokens of all records pooled together.
 
@@ -51,6 +76,11 @@ def pooled_correlation(pred: Sequence[np.ndarray], true: Sequence[np.ndarray]) -
     t = np.concatenate([np.asarray(x, dtype=np.float64).ravel() for x in true])
     if p.shape != t.shape:
         raise ValueError(f"{p.size} predicted tokens but {t.size} true tokens")
+    return _pooled_flat(p, t)
+
+
+def _pooled_flat(p: np.ndarray, t: np.ndarray) -> float:
+    """pooled_correlation of already concatenated float64 predictions and true activations."""
     if t.size == 0 or t.var() < MIN_TRUE_VARIANCE:
         return math.nan
     if p.var() == 0.0:
@@ -84,11 +114,22 @@ def worst_record_index(pred: Sequence[np.ndarray], records: Sequence[Record]) ->
     """
     if not records:
         raise ValueError("no records")
-    true = [r.acts for r in records]
-    base = pooled_correlation(pred, true)
+    if len(pred) != len(records):
+        raise ValueError(f"{len(pred)} predicted records but {len(records)} true records")
+    # Concatenate once and cut each record out by its offsets: the same arrays, in the same order, as
+    # pooled_correlation over the list without record i (so the same floating-point result), without
+    # re-concatenating every record per candidate.
+    p = np.concatenate([np.asarray(x, dtype=np.float64).ravel() for x in pred])
+    t = np.concatenate([np.asarray(r.acts, dtype=np.float64).ravel() for r in records])
+    if p.shape != t.shape:
+        raise ValueError(f"{p.size} predicted tokens but {t.size} true tokens")
+    ends = np.cumsum([np.asarray(x).size for x in pred])
+    base = _pooled_flat(p, t)
     best_i, best_gain = 0, -math.inf
-    for i in range(len(records)):
-        loo = pooled_correlation(list(pred[:i]) + list(pred[i + 1 :]), true[:i] + true[i + 1 :])
+    start = 0
+    for i, end in enumerate(ends.tolist()):
+        loo = _pooled_flat(np.concatenate((p[:start], p[end:])), np.concatenate((t[:start], t[end:])))
+        start = end
         if math.isnan(loo):
             continue
         gain = loo - (0.0 if math.isnan(base) else base)

@@ -27,6 +27,7 @@ from explainers.lexical import LexicalConfig, LexicalStats, match_rule_text, nor
 from explainers.records import Record
 from explainers.rules import DEFAULT_RULE_CAP, Rule
 from explainers.simulate import (
+    MemoSimulator,
     Simulator,
     TokenFeedback,
     score_records,
@@ -178,6 +179,8 @@ async def tree_search(
     proposer: Proposer, simulator: Simulator, splits: TreeSplits, config: TreeConfig, global_max: float
 ) -> TreeResult:
     """Run the tree search and return the best-validation node and the whole tree."""
+    # Nodes share rules with their parents and siblings: simulate each (rule, split) once per search.
+    simulator = MemoSimulator(simulator)
     nodes: list[TreeNode] = []
     root_rules = await proposer.roots(splits.train, config.roots, global_max)
     if not root_rules:

@@ -80,3 +80,58 @@ def test_structured_simulation_max_over_rules_scaled_by_strength():
     rules = [Rule('"cat"', 2), Rule('"dog" or "cat"', 4)]
     pred = asyncio.run(simulate_rules(LexicalSimulator(), rules, recs))
     assert pred[0].tolist() == [0, 4, 0, 0, 0, 4]
+
+
+def _naive_worst(pred, records):
+    true = [r.acts for r in records]
+    base = pooled_correlation(pred, true)
+    best_i, best_gain = 0, -math.inf
+    for i in range(len(records)):
+        loo = pooled_correlation(list(pred[:i]) + list(pred[i + 1 :]), true[:i] + true[i + 1 :])
+        if not math.isnan(loo) and loo - (0.0 if math.isnan(base) else base) > best_gain:
+            best_i, best_gain = i, loo - (0.0 if math.isnan(base) else base)
+    return best_i
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_worst_record_matches_leave_one_out_over_the_list(seed):
+    rng = np.random.default_rng(seed)
+    recs, pred = [], []
+    for i in range(int(rng.integers(1, 12))):
+        n = int(rng.integers(1, 9))
+        acts = np.where(rng.random(n) < 0.3, rng.random(n) * 4, 0).astype(np.float32)
+        recs.append(Record(i, tuple("t" * n), acts))
+        pred.append(rng.integers(0, 6, n).astype(np.float64) * (seed % 2))  # odd seeds: constant predictions
+    assert worst_record_index(pred, recs) == _naive_worst(pred, recs)
+
+
+class CountingLexical(LexicalSimulator):
+    def __init__(self) -> None:
+        self.calls: list[str] = []
+
+    async def simulate(self, explanation, records):
+        self.calls.append(explanation)
+        await asyncio.sleep(0)
+        return await super().simulate(explanation, records)
+
+
+def test_memo_simulator_simulates_each_rule_and_records_once():
+    from explainers.simulate import MemoSimulator
+
+    recs = [rec(0, "the cat sat on the dog", [0, 1, 0, 0, 0, 1])]
+    other = [rec(1, "a cat", [0, 1])]
+    inner = CountingLexical()
+    memo = MemoSimulator(inner)
+
+    async def go():
+        a, b = await asyncio.gather(
+            simulate_rules(memo, [Rule('"cat"', 2), Rule('"dog"', 4)], recs),
+            simulate_rules(memo, [Rule('"cat"', 5)], recs),  # same rule text, concurrently: one call
+        )
+        c = await simulate_rules(memo, [Rule('"cat"', 2)], other)  # other records: a new call
+        return a, b, c
+
+    a, b, c = asyncio.run(go())
+    assert sorted(inner.calls) == ['"cat"', '"cat"', '"dog"'] and memo.name == "lexical"
+    assert a[0].tolist() == [0, 2, 0, 0, 0, 4] and b[0].tolist() == [0, 5, 0, 0, 0, 0]
+    assert c[0].tolist() == [0, 2]
