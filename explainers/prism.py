@@ -145,15 +145,10 @@ def cluster_labels(embeddings_ND: np.ndarray, config: PrismConfig) -> np.ndarray
         return HDBSCAN(min_cluster_size=2).fit_predict(embeddings_ND).astype(np.int64)
     if config.method != "kmeans":
         raise ValueError(f"unknown clustering method {config.method!r}; use 'kmeans' or 'hdbscan'")
-    from sklearn.cluster import KMeans
+    from explainers.kmeans import kmeans_labels
 
-    k = min(config.k, n)
-    n_init: Any = 10  # sklearn's stubs type n_init as str ("auto"); 10 restarts keep clusters stable
-    return (
-        KMeans(n_clusters=k, random_state=config.seed, n_init=n_init)
-        .fit_predict(embeddings_ND)
-        .astype(np.int64)
-    )
+    # sklearn's KMeans algorithm (k-means++, 10 restarts keep clusters stable) without its per-call overhead.
+    return kmeans_labels(embeddings_ND, min(config.k, n), config.seed, n_init=10)
 
 
 def lexical_describe(texts: Sequence[HighlightedText]) -> str:

@@ -1,6 +1,7 @@
 """PRISM's pure parts on hand-computed cases: percentile selection, highlighting, clustering."""
 
 import numpy as np
+import pytest
 
 from explainers.prism import PrismConfig, cluster_labels, highlight, select_texts, text_score
 from explainers.records import Record
@@ -34,3 +35,18 @@ def test_kmeans_is_seeded_and_hdbscan_option():
     assert (a == cluster_labels(x, PrismConfig(k=2))).all() and len(set(a[:6])) == 1 and a[0] != a[-1]
     h = cluster_labels(x, PrismConfig(method="hdbscan"))
     assert len(set(h[:6])) == 1 and h[0] != h[-1]
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_kmeans_labels_equal_sklearn_kmeans(seed):
+    from sklearn.cluster import KMeans
+
+    from explainers.kmeans import kmeans_labels
+
+    rng = np.random.default_rng(seed)
+    n, d, k = int(rng.integers(8, 300)), int(rng.choice([4, 384])), int(rng.integers(2, 7))
+    centers = rng.normal(size=(k + 1, d))
+    x = centers[rng.integers(0, k + 1, n)] + 0.6 * rng.normal(size=(n, d))
+    x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32 if seed % 2 else np.float64)
+    want = KMeans(n_clusters=k, random_state=seed, n_init=10).fit_predict(x)
+    assert kmeans_labels(x, k, seed).tolist() == want.tolist()
