@@ -1,21 +1,32 @@
 """Explain-job throughput and overhead per explainer against the scripted local OpenAI-compatible server.
 
-    .venv/bin/python -m bench.explain_bench --features 48 --tree-features 6
+    .venv/bin/python -m bench.explain_bench --features 32 --tree-features 2
 
 Builds the planted store of the tests (real corpus windows, SmolLM2 tokenizer), replicates its live features into
-many, and runs each explainer at concurrency 1 and 32 against tests/fake_llm.py answering instantly. Overhead per
-feature = (job wall time − time the server spent inside requests) / features, at concurrency 1: it contains
-sampling, record loading, prompt building, parsing, simulation bookkeeping and storing — everything but the LLM.
-Baseline for the ratio column: the lexical explainer (no LLM) at concurrency 1 in the same run.
+many, and runs each explainer at concurrency 1 and 32 against tests/fake_llm.py answering instantly. The server runs
+in a child process by default (`--server thread` runs it in this process, as the tests do: its handler threads then
+compete with the job for the GIL and their HTTP parsing counts as ours). Overhead per feature = (job wall time −
+time the server spent inside requests) / features: it contains sampling, record loading, prompt building, parsing,
+simulation bookkeeping, storing and the HTTP client — everything but the LLM. PRISM also embeds its sampled texts
+with MiniLM (part of the method, spec step 4): that model compute (`embed_texts`, tokenisation included) is timed
+separately, and a column gives the overhead without it. The last column estimates what the bare `openai` client
+itself costs (its start, once per job, plus its per-call time besides the server's, both measured against the same
+server in the same run, times the row's calls): HTTP client work that no explainer code can remove. Baseline for the ratio column: the lexical explainer
+(no LLM) at concurrency 1 in the same run.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import multiprocessing as mp
 import os
 import tempfile
 import time
+from collections.abc import Sequence
+from multiprocessing.connection import Connection
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pyarrow as pa
@@ -28,6 +39,7 @@ from explainers.prism import PrismConfig
 from tests.fake_llm import FakeLLM
 from tests.test_explain_llm import smart
 from tests.test_explain_support import PLANTED_SAE, build_planted_store
+from workbench.embeddings import embed_texts
 from workbench.models import load_model
 from workbench.store import Store
 
@@ -53,27 +65,137 @@ def replicate(store: Store, n: int) -> list[int]:
     return new
 
 
+class TimedEmbed:
+    """embed_texts (MiniLM) that adds up the seconds it spends, so model compute can be reported apart."""
+
+    def __init__(self) -> None:
+        """Start at zero."""
+        self.seconds = 0.0
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        """Embed and time."""
+        t0 = time.perf_counter()
+        try:
+            return embed_texts(texts)
+        finally:
+            self.seconds += time.perf_counter() - t0
+
+
+def _serve(conn: Connection) -> None:
+    """Child process: the scripted server; answers "busy" with (requests served, seconds inside requests)."""
+    with FakeLLM(responder=smart) as server:
+        conn.send(server.base_url)
+        while (msg := conn.recv()) != "stop":
+            assert msg == "busy"
+            reqs = server.requests
+            conn.send((len(reqs), sum(r.finished - r.started for r in reqs)))
+
+
+class Server:
+    """The scripted server in a child process (default) or in a thread of this one."""
+
+    def __init__(self, where: str) -> None:
+        """Start it."""
+        self.thread: FakeLLM | None = None
+        self.proc: Any = None
+        if where == "thread":
+            self.thread = FakeLLM(responder=smart).start()
+            self.base_url = self.thread.base_url
+        else:
+            self.conn, child = mp.Pipe()
+            self.proc = mp.get_context("spawn").Process(target=_serve, args=(child,), daemon=True)
+            self.proc.start()
+            self.base_url = self.conn.recv()
+
+    def busy(self) -> tuple[int, float]:
+        """(requests served so far, seconds the server spent inside them)."""
+        if self.thread is not None:
+            reqs = self.thread.requests
+            return len(reqs), sum(r.finished - r.started for r in reqs)
+        self.conn.send("busy")
+        return self.conn.recv()
+
+    def stop(self) -> None:
+        """Stop it."""
+        if self.thread is not None:
+            self.thread.stop()
+        else:
+            self.conn.send("stop")
+            self.proc.join(timeout=10)
+
+
 def run(store: Store, explainer: ExplainConfig, features: list[int], llm: LLMConfig | None, conc: int,
-        server: FakeLLM | None) -> dict[str, float]:  # fmt: skip
-    """One job; returns wall seconds, server-busy seconds, calls and tokens."""
-    before = len(server.requests) if server else 0
+        server: Server | None, embed: TimedEmbed | None = None) -> dict[str, float]:  # fmt: skip
+    """One job; returns wall seconds, server-busy seconds, embedding seconds, calls and tokens."""
+    _, busy0 = server.busy() if server else (0, 0.0)
+    embed0 = embed.seconds if embed else 0.0
     t0 = time.perf_counter()
-    job = ExplainJob(store, PLANTED_SAE, explainer, llm, concurrency=conc, progress=False, use_cache=False)
+    job = ExplainJob(store, PLANTED_SAE, explainer, llm, concurrency=conc, progress=False, use_cache=False,
+                     embed=embed)  # fmt: skip
     summary = job.run(features)
     wall = time.perf_counter() - t0
-    reqs = server.requests[before:] if server else []
-    busy = sum(r.finished - r.started for r in reqs)
+    _, busy1 = server.busy() if server else (0, 0.0)
     n = len(features)
-    return {"wall": wall, "busy": busy, "n": n, "calls": summary.usage.calls,
-            "tokens": summary.usage.total_tokens, "fpm": 60 * n / wall}  # fmt: skip
+    return {"wall": wall, "busy": busy1 - busy0, "embed": (embed.seconds if embed else 0.0) - embed0, "n": n,
+            "calls": summary.usage.calls, "tokens": summary.usage.total_tokens, "fpm": 60 * n / wall}  # fmt: skip
+
+
+async def _bare_client(base_url: str, n: int) -> tuple[float, float]:
+    """(seconds to start an openai client, seconds per call) of the bare `openai` client, one call at a time."""
+    import openai
+
+    t0 = time.perf_counter()
+    client = openai.AsyncOpenAI(api_key="x", base_url=base_url, max_retries=0)
+    start = time.perf_counter() - t0
+    msg = [{"role": "user", "content": "Reply in one sentence."}]
+    await client.chat.completions.create(model="fake", messages=msg)  # type: ignore[arg-type]
+    t0 = time.perf_counter()
+    for _ in range(n):
+        await client.chat.completions.create(model="fake", messages=msg)  # type: ignore[arg-type]
+    per_call = (time.perf_counter() - t0) / n
+    await client.close()
+    return start, per_call
+
+
+def http_client_cost(server: Server, n: int = 50) -> tuple[float, float]:
+    """Best of three (client start s, s per call minus the server's time) of the bare openai client."""
+    best = (float("inf"), float("inf"))
+    for _ in range(3):
+        _, busy0 = server.busy()
+        start, per_call = asyncio.run(_bare_client(server.base_url, n))
+        _, busy1 = server.busy()
+        per_call -= (busy1 - busy0) / (n + 1)
+        best = (min(best[0], start), min(best[1], per_call))
+    return best
+
+
+def table(rows: Sequence[tuple[str, int, dict[str, float]]], client: tuple[float, float]) -> str:
+    """The markdown table of the rows (ratios against lexical at concurrency 1); `client` = http_client_cost."""
+    base = next(r for name, c, r in rows if name == "lexical" and c == 1)
+    base_ms = 1000 * (base["wall"] - base["busy"]) / base["n"]
+    out = ["| explainer | conc | features | features/min | LLM calls/feature | tokens/feature | "
+           "overhead ms/feature (wall − server) | ratio vs lexical c1 | embedding model ms/feature | "
+           "overhead without embedding ms/feature | of which bare openai client ≈ ms/feature |",
+           "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    for name, conc, r in rows:
+        n = r["n"]
+        over = 1000 * (r["wall"] - r["busy"]) / n
+        emb = 1000 * r["embed"] / n
+        http = 1000 * (client[0] / n + client[1] * r["calls"] / n) if r["calls"] else 0.0
+        out.append(f"| {name} | {conc} | {n} | {r['fpm']:.0f} | {r['calls'] / n:.1f} | {r['tokens'] / n:.0f} | "
+                   f"{over:.1f} | {over / base_ms:.2f} | {emb:.1f} | {over - emb:.1f} | {http:.1f} |")  # fmt: skip
+    return "\n".join(out)
 
 
 def main() -> None:
     """Build the store, run every explainer at concurrency 1 and 32, print a table."""
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--features", type=int, default=48)
     ap.add_argument("--tree-features", type=int, default=6)
+    ap.add_argument("--server", choices=("process", "thread"), default="process",
+                    help="where the scripted LLM server runs (default: a child process)")  # fmt: skip
     args = ap.parse_args()
+    load0 = os.getloadavg()[0]
     folder = Path(tempfile.mkdtemp(prefix="explain-bench-"))
     store = build_planted_store(folder, load_model("tiny").tokenizer)
     pool = iter(replicate(store, 4 * args.features + 6 * args.tree_features + 4))
@@ -83,49 +205,34 @@ def main() -> None:
         return [next(pool) for _ in range(n)]
 
     rows = []
-    with FakeLLM(responder=smart) as server:
+    client = (0.0, 0.0)
+    server = Server(args.server)
+    embed = TimedEmbed()
+    try:
         llm = LLMConfig(model="fake", base_url=server.base_url, max_retries=0, concurrency=64)
+        prism = ExplainConfig("prism", prism=PrismConfig(percentile=90.0, n_texts=60))
+        tree = ExplainConfig("tree", negatives="RANDOM_NEGATIVE")
         plans = [
             ("lexical", ExplainConfig("lexical"), None, args.features),
             ("oneshot", ExplainConfig("oneshot"), llm, args.features),
-            ("tree", ExplainConfig("tree", negatives="RANDOM_NEGATIVE"), llm, args.tree_features),
-            (
-                "tree (offline editor)",
-                ExplainConfig("tree", negatives="RANDOM_NEGATIVE"),
-                None,
-                args.tree_features,
-            ),
-            (
-                "prism",
-                ExplainConfig("prism", prism=PrismConfig(percentile=90.0, n_texts=60)),
-                llm,
-                args.tree_features,
-            ),
+            ("tree", tree, llm, args.tree_features),
+            ("tree (offline editor)", tree, None, args.tree_features),
+            ("prism", prism, llm, args.tree_features),
         ]
         # Warm-up (imports, MiniLM load, first connections) outside the timed rows.
         run(store, ExplainConfig("lexical"), take(2), None, 1, None)
-        run(
-            store,
-            ExplainConfig("prism", prism=PrismConfig(percentile=90.0, n_texts=60)),
-            take(1),
-            llm,
-            1,
-            server,
-        )
+        run(store, prism, take(1), llm, 1, server, embed)
+        client = http_client_cost(server)
         for name, cfg, cfg_llm, n in plans:
             for conc in (1, 32):
-                r = run(store, cfg, take(n), cfg_llm, conc, server if cfg_llm else None)
+                r = run(store, cfg, take(n), cfg_llm, conc, server if cfg_llm else None, embed)
                 rows.append((name, conc, r))
-    base = next(r for name, c, r in rows if name == "lexical" and c == 1)
-    base_ms = 1000 * (base["wall"] - base["busy"]) / base["n"]
-    print("| explainer | conc | features | features/min | LLM calls/feature | tokens/feature | calls per 1k | "
-          "tokens per 1k | overhead ms/feature (wall − server) | ratio vs lexical c1 |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|---|")
-    for name, conc, r in rows:
-        over = 1000 * (r["wall"] - r["busy"]) / r["n"]
-        print(f"| {name} | {conc} | {r['n']} | {r['fpm']:.0f} | {r['calls'] / r['n']:.1f} | "
-              f"{r['tokens'] / r['n']:.0f} | {1000 * r['calls'] / r['n']:.0f} | {1000 * r['tokens'] / r['n']:.0f} | "
-              f"{over:.1f} | {over / base_ms:.2f} |")  # fmt: skip
+    finally:
+        server.stop()
+    print(f"server: {args.server}; 1-min load average {load0:.2f} at start, {os.getloadavg()[0]:.2f} at end")
+    print(f"bare openai client (same server, 1 call at a time, best of 3): {1000 * client[0]:.1f} ms to start one "
+          f"(once per job), {1000 * client[1]:.2f} ms per call besides the server's time")  # fmt: skip
+    print(table(rows, client))
 
 
 if __name__ == "__main__":
