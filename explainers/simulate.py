@@ -59,7 +59,8 @@ class MemoSimulator:
         if hit is None:
             hit = asyncio.ensure_future(self.inner.simulate(explanation, records))
             self._memo[key] = hit
-        return await asyncio.shield(hit)
+        # No shield: every caller belongs to the same search, so a cancelled caller means a cancelled search.
+        return await hit
 
 
 def pooled_correlation(pred: Sequence[np.ndarray], true: Sequence[np.ndarray]) -> float:
