@@ -358,13 +358,21 @@ class ExplainJob:
         tag = f"feature:{feature}"
         cfg = self.config
         version, prompt_version = versions(cfg.explainer, client is not None)
-        top = self.store.top_examples(self.sae_id, feature, max(cfg.n_examples, 1))
-        if not top or top[0].max_value <= 0:
+        if cfg.explainer in ("tree", "prism"):
+            # These read the feature's window maxima anyway (cached for the leased session): take the max there
+            # instead of a separate top-k query.
+            maxima = self.store.window_maxima(self.sae_id, feature)
+            top: list[Any] = []
+            peak = float(maxima.values.max()) if len(maxima.values) else 0.0
+        else:
+            top = self.store.top_examples(self.sae_id, feature, max(cfg.n_examples, 1))
+            peak = top[0].max_value if top else 0.0
+        if peak <= 0:
             out = FeatureOutput(
                 "", None, [], [], {"status": "dead", "reason": "no activations in the indexed corpus"}
             )
         else:
-            global_max = top[0].max_value
+            global_max = peak
             run = {
                 "lexical": self._lexical,
                 "oneshot": self._oneshot,
