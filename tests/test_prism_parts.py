@@ -1,5 +1,7 @@
 """PRISM's pure parts on hand-computed cases: percentile selection, highlighting, clustering."""
 
+from typing import Any
+
 import numpy as np
 import pytest
 
@@ -48,5 +50,6 @@ def test_kmeans_labels_equal_sklearn_kmeans(seed):
     centers = rng.normal(size=(k + 1, d))
     x = centers[rng.integers(0, k + 1, n)] + 0.6 * rng.normal(size=(n, d))
     x = (x / np.linalg.norm(x, axis=1, keepdims=True)).astype(np.float32 if seed % 2 else np.float64)
-    want = KMeans(n_clusters=k, random_state=seed, n_init=10).fit_predict(x)
+    n_init: Any = 10  # sklearn's stubs type n_init as str ("auto")
+    want = KMeans(n_clusters=k, random_state=seed, n_init=n_init).fit_predict(x)
     assert kmeans_labels(x, k, seed).tolist() == want.tolist()
