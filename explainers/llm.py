@@ -14,8 +14,10 @@ or provenance: only the name of its environment variable does.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
+import ssl
 import threading
 import time
 from collections.abc import Awaitable, Callable, Coroutine, Mapping, Sequence
@@ -151,6 +153,15 @@ class _LoopState:
     closed: bool = field(default=False)
 
 
+@functools.cache
+def _tls_context() -> ssl.SSLContext:
+    """One TLS context per process: building one loads the whole CA bundle (30-60 ms here), which every job's new
+    client would otherwise pay again, even for an http:// endpoint."""
+    import certifi
+
+    return ssl.create_default_context(cafile=certifi.where())
+
+
 def _retry_after_s(err: openai.APIStatusError) -> float | None:
     """Seconds from a Retry-After / retry-after-ms header, when the server sent one."""
     headers = err.response.headers
@@ -220,6 +231,7 @@ class LLMClient:
                 base_url=self.config.base_url,
                 timeout=self.config.timeout_s,
                 max_retries=0,  # retries are ours: typed errors, seeded jitter, accounting
+                http_client=openai.DefaultAsyncHttpxClient(verify=_tls_context()),
             )
             self._state = _LoopState(loop, client, asyncio.Semaphore(self.config.concurrency))
         return self._state
