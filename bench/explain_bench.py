@@ -144,8 +144,16 @@ async def _bare_client(base_url: str, n: int) -> tuple[float, float]:
     """(seconds to start an openai client, seconds per call) of the bare `openai` client, one call at a time."""
     import openai
 
+    from explainers.llm import _tls_context
+
+    _tls_context()  # built once per process, as LLMClient does (the warm-up job already paid for it)
     t0 = time.perf_counter()
-    client = openai.AsyncOpenAI(api_key="x", base_url=base_url, max_retries=0)
+    client = openai.AsyncOpenAI(
+        api_key="x",
+        base_url=base_url,
+        max_retries=0,
+        http_client=openai.DefaultAsyncHttpxClient(verify=_tls_context()),
+    )
     start = time.perf_counter() - t0
     msg = [{"role": "user", "content": "Reply in one sentence."}]
     await client.chat.completions.create(model="fake", messages=msg)  # type: ignore[arg-type]

@@ -85,6 +85,21 @@ def test_compare_verdicts() -> None:
     assert missing.met is None and missing.label == "missing"
 
 
+def test_explain_check_subtracts_embedding_and_http_client_from_the_overhead() -> None:
+    """Tree/PRISM are also judged without PRISM's MiniLM compute and the bare openai client's measured HTTP work."""
+    from bench.targets import check_explain_table
+
+    cols = ["explainer", "conc", "overhead ms/feature (wall − server)", "embedding model ms/feature",
+            "of which bare openai client ≈ ms/feature"]  # fmt: skip
+    rows = [["tree", "1", "90.0", "0.0", "45.0"], ["prism", "1", "300.0", "240.0", "5.0"]]
+    verdicts = {v.what: v for v in check_explain_table(Emitted([Table(cols, rows)], []))}
+    assert verdicts["tree overhead per feature, conc 1"].met is False
+    tree = verdicts["tree overhead without embedding model and openai client, conc 1"]
+    prism = verdicts["prism overhead without embedding model and openai client, conc 1"]
+    assert (tree.value, tree.met) == ("45.0", True)
+    assert (prism.value, prism.met) == ("55.0", False)
+
+
 def test_run_all_writes_filled_results_with_failed_rows(tmp_path: Path) -> None:
     """Good, failing, JSON-emitting and table-less fakes: every table row filled, explicit FAILED rows with the
     error, per-process peak memory, verdicts, and a hand-written RESULTS.md moved into NOTES.md (once)."""
