@@ -284,12 +284,14 @@ class ExplainJob:
             from explainers.sampling import ensure_window_embeddings
 
             ensure_window_embeddings(self.store, self.sae_id)
+        from explainers.llm_cache import StoreCache
+
         client = None
+        cache: StoreCache | None = None
         if self.llm is not None:
             from explainers.llm import LLMClient
-            from explainers.llm_cache import StoreCache
 
-            cache = StoreCache(self.store) if self.use_cache else None
+            cache = StoreCache(self.store, write_behind=True) if self.use_cache else None
             client = LLMClient(self.llm, cache=cache, ledger=self.ledger, env=self.env)
         ids: dict[int, int] = {}
         dead = 0
@@ -301,6 +303,8 @@ class ExplainJob:
 
         def flush() -> None:
             nonlocal last_flush
+            if cache is not None:  # the answers first: a stored explanation's LLM calls are always cached
+                cache.flush()
             if finished:
                 stored = self.store.add_explanations(finished)  # one transaction (one commit) per batch
                 ids.update({r.feature: i for r, i in zip(finished, stored, strict=True)})

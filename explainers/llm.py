@@ -213,7 +213,10 @@ class LLMClient:
         await self.aclose()
 
     async def aclose(self) -> None:
-        """Close the underlying HTTP connections."""
+        """Write held cache entries (write-behind caches) and close the underlying HTTP connections."""
+        flush = getattr(self.cache, "flush", None)
+        if flush is not None:
+            flush()
         if self._state is not None and not self._state.closed:
             self._state.closed = True
             await self._state.client.close()

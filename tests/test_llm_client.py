@@ -368,3 +368,17 @@ def test_empty_batch():
             return await llm.complete_many([])
 
     assert run(go()) == []
+
+
+def test_write_behind_store_cache_holds_answers_until_flush(tmp_path):
+    store = Store.open(tmp_path / "s.duckdb")
+    cache = StoreCache(store, write_behind=True)
+    cache.put("k1", "m", "answer", 3, 2)
+    cache.put("k1", "m", "second answer", 9, 9)  # like INSERT OR IGNORE: the first put wins
+    assert cache.get("k1") == CachedResponse("m", "answer", 3, 2)  # served from memory
+    assert store.llm_cache_get("k1") is None  # nothing written yet
+    cache.flush()
+    entry = store.llm_cache_get("k1")
+    assert entry is not None and entry.tokens == 5 and entry.response["text"] == "answer"
+    assert StoreCache(store).get("k1") == CachedResponse("m", "answer", 3, 2)
+    cache.flush()  # nothing held: a no-op

@@ -1046,6 +1046,16 @@ class Store:
                 [key, model, _dumps(response), int(tokens)],
             ).fetchall()
 
+    def llm_cache_put_many(self, entries: Sequence[tuple[str, str, dict[str, Any], int]]) -> None:
+        """Cache many (key, model, response, tokens) entries in one transaction (first put of a key wins)."""
+        if not entries:
+            return
+        with self._write() as conn:
+            conn.executemany(
+                "INSERT OR IGNORE INTO llm_cache (key, model, response, tokens) VALUES (?, ?, ?, ?)",
+                [[key, model, _dumps(response), int(tokens)] for key, model, response, tokens in entries],
+            )
+
     # ------------------------------------------------------------------ export
 
     def export_parquet(self, folder: str | Path) -> list[Path]:
