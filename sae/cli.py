@@ -121,7 +121,9 @@ def train(
     )
 
     # Held-out slice: windows after everything streaming training could have used.
-    if cache is None:  # 5% margin for special tokens masked out, plus the last shuffle block's overshoot
+    # 5% margin for masked special tokens, plus a shuffle block of margin (the batcher stops within a chunk of the
+    # budget; the margin is kept so held-out slices stay the same as before).
+    if cache is None:
         start_window = int(tokens / (context_size - 1) * 1.05) + windows_per_chunk * cfg.shuffle_chunks
     from sae.io import load_sae
 

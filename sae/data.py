@@ -98,9 +98,8 @@ def streaming_source(
             with torch.inference_mode():
                 model.run_with_hooks(tokens_BT, fwd_hooks=[(hook, grab)], stop_at_layer=stop_at)
             mask_BT = torch.from_numpy(batch.mask_BT).to(device)
-            acts_ND = captured["act"][
-                mask_BT
-            ].float()  # stays on the model's device: the SAE trains there too
+            # Stays on the model's device: the SAE trains there too.
+            acts_ND = captured["act"][mask_BT].float()
             first, last = int(batch.window_ids[0]), int(batch.window_ids[-1])
             yield Chunk(acts_ND, f"windows {first}-{last}")
 

@@ -203,16 +203,16 @@ def _init_from_data(
     normalise = sae.cfg.normalize_activations == "expected_average_only_in"
     if not normalise and cfg.init_b_dec != "mean":
         return
-    rows = batches.peek(n_batches * cfg.batch_size)
-    finite = rows[torch.isfinite(rows).all(dim=-1)].double() if rows.numel() else rows.double()
-    if finite.shape[0] == 0:
+    # Rows are finite: the batcher has already skipped NaN/inf rows or stopped on them (its nan_policy).
+    rows = batches.peek(n_batches * cfg.batch_size).double()
+    if rows.shape[0] == 0:
         return
     scale = 1.0
     if normalise:  # sae-lens's ActivationScaler.estimate_scaling_factor: √d_in / E‖x‖
-        scale = finite.shape[1] ** 0.5 / float(finite.norm(dim=-1).mean())
+        scale = rows.shape[1] ** 0.5 / float(rows.norm(dim=-1).mean())
         trainer.activation_scaler.scaling_factor = scale
     if cfg.init_b_dec == "mean":
-        sae.b_dec.data.copy_((finite.mean(0) * scale).to(sae.b_dec.dtype))
+        sae.b_dec.data.copy_((rows.mean(0) * scale).to(sae.b_dec.dtype))
 
 
 @torch.no_grad()
@@ -375,9 +375,8 @@ def train_sae(
         sae.fold_activation_norm_scaling_factor(trainer.activation_scaler.scaling_factor)
         trainer.activation_scaler.scaling_factor = None
     trainer.set_final_sae_metadata()
-    sae.to(
-        "cpu"
-    )  # saved weights and cfg.json say cpu whatever device trained them (load_sae picks the device)
+    # Saved weights and cfg.json say cpu whatever device trained them (load_sae picks the device).
+    sae.to("cpu")
     save_sae(sae, out, trainer.log_feature_sparsity)
     sae_id = compute_sae_id(sae, model_name, hook)
     if cfg.wandb:

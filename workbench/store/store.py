@@ -1040,11 +1040,7 @@ class Store:
 
     def llm_cache_put(self, key: str, model: str, response: dict[str, Any], tokens: int) -> None:
         """Cache a response (a second put of the same key keeps the first)."""
-        with self._write() as conn:
-            conn.execute(
-                "INSERT OR IGNORE INTO llm_cache (key, model, response, tokens) VALUES (?, ?, ?, ?)",
-                [key, model, _dumps(response), int(tokens)],
-            ).fetchall()
+        self.llm_cache_put_many([(key, model, response, tokens)])
 
     def llm_cache_put_many(self, entries: Sequence[tuple[str, str, dict[str, Any], int]]) -> None:
         """Cache many (key, model, response, tokens) entries in one transaction (first put of a key wins)."""
