@@ -54,6 +54,12 @@ def train(
     device: str = typer.Option(
         "cpu", help="Torch device for the model forward and SAE training (cpu, cuda, cuda:1, mps)."
     ),
+    sparse_step: bool | None = typer.Option(
+        None,
+        "--sparse-step/--dense-step",
+        help="TopK: multiply only the selected features in each step (same gradients as sae-lens's dense step; "
+        "default: sparse on the CPU, dense elsewhere).",
+    ),
     wandb: bool = typer.Option(
         False, help="Also log to Weights & Biases (a local JSONL log is always written)."
     ),
@@ -94,6 +100,7 @@ def train(
         checkpoint_every=checkpoint_every,
         nan_policy="skip" if nan_policy == "skip" else "stop",
         wandb=wandb,
+        sparse_step=sparse_step,
         shuffle_chunks=1 if cache else 16,
     )
     windows_per_chunk = 32

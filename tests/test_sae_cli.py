@@ -45,6 +45,7 @@ def test_train_command_on_tiny_model(tmp_path: Path):
         "2",
         "--checkpoint-every",
         "0",
+        "--dense-step",
     ]
     result = CliRunner().invoke(app, args)
     assert result.exit_code == 0, result.output
@@ -54,3 +55,4 @@ def test_train_command_on_tiny_model(tmp_path: Path):
     assert 0 < metrics["metrics"]["n_ce_tokens"] <= 2 * 31 < metrics["metrics"]["n_tokens"]
     assert metrics["eval_config"]["ce_windows"] == 2
     assert load_sae(out).cfg.d_sae == 128
+    assert json.loads((out / "train_config.json").read_text())["sparse_step"] is False
