@@ -362,15 +362,11 @@ class ExplainJob:
         tag = f"feature:{feature}"
         cfg = self.config
         version, prompt_version = versions(cfg.explainer, client is not None)
-        if cfg.explainer in ("tree", "prism"):
-            # These read the feature's window maxima anyway (cached for the leased session): take the max there
-            # instead of a separate top-k query.
-            maxima = self.store.window_maxima(self.sae_id, feature)
-            top: list[Any] = []
-            peak = float(maxima.values.max()) if len(maxima.values) else 0.0
-        else:
-            top = self.store.top_examples(self.sae_id, feature, max(cfg.n_examples, 1))
-            peak = top[0].max_value if top else 0.0
+        # Every explainer reads the feature's window maxima (its samplers do; cached for the leased session): the
+        # peak and the top windows come from there instead of a separate top-k query.
+        maxima = self.store.window_maxima(self.sae_id, feature)
+        peak = float(maxima.values.max()) if len(maxima.values) else 0.0
+        top: list[Any] = [] if cfg.explainer in ("tree", "prism") else maxima.top(max(cfg.n_examples, 1))
         if peak <= 0:
             out = FeatureOutput(
                 "", None, [], [], {"status": "dead", "reason": "no activations in the indexed corpus"}
@@ -494,18 +490,19 @@ class ExplainJob:
 
     async def _prism(self, feature: int, top: list[Any], gmax: float, client: Any, tag: str) -> FeatureOutput:
         """PRISM over every activating window (the others score 0 and count toward the percentile)."""
-        from explainers.prism import llm_describe, prism_describe
+        from explainers.prism import llm_describe, prism_describe_selected, select_texts
         from workbench.embeddings import DEFAULT_EMBEDDING_MODEL, embed_texts
 
         pc = self.config.prism
-        maxima = self.store.window_maxima(self.sae_id, feature)
-        active = [int(i) for i in maxima.window_ids[maxima.values > 0]]
-        records = []
-        for start in range(0, len(active), 2000):
-            records += self._records(feature, active[start : start + 2000], None)
+        # Text scores of every activating window from the store; the windows that never fire score 0 and count
+        # toward the percentile. Only the selected texts are loaded.
+        active, scores = self.store.window_text_scores(self.sae_id, feature)
+        padded = np.concatenate([scores, np.zeros(max(0, self.n_windows - len(active)))])
+        chosen = [int(i) for i in select_texts(padded, pc.percentile, pc.n_texts) if i < len(active)]
+        records = self._records(feature, [int(active[i]) for i in chosen], None)
         describe = None if client is None else (lambda texts: llm_describe(client, texts, tag))
         embed = self.embed or (lambda texts: embed_texts(texts))
-        clusters = await prism_describe(records, embed, pc, describe, n_other=self.n_windows - len(active))
+        clusters = await prism_describe_selected(records, embed, pc, describe)
         text = "\n".join(f"{i + 1}. {c.description}" for i, c in enumerate(clusters))
         shown = sorted({w for c in clusters for w in c.window_ids})
         extra = {"clusters": [c.to_dict() for c in clusters], "embedding_model": DEFAULT_EMBEDDING_MODEL,

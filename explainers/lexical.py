@@ -19,9 +19,9 @@ from __future__ import annotations
 
 import json
 import re
-from collections import Counter, defaultdict
+from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -59,24 +59,6 @@ class LexicalConfig:
     """A token rule is narrowed to a left context holding at least this share of its active occurrences…"""
     narrow_precision_gain: float = 0.2
     """…when the context raises its precision by at least this much."""
-
-
-@dataclass
-class _Stat:
-    """Occurrence counts of one candidate."""
-
-    occ: int = 0
-    active: int = 0
-    mass: float = 0.0
-    hits: list[tuple[int, int]] = field(default_factory=list)
-
-    @property
-    def precision(self) -> float:
-        return self.active / self.occ if self.occ else 0.0
-
-    @property
-    def mean(self) -> float:
-        return self.mass / self.occ if self.occ else 0.0
 
 
 @dataclass(frozen=True)
@@ -118,68 +100,132 @@ class Candidate:
 
 
 class LexicalStats:
-    """Candidate statistics of one feature over a set of records."""
+    """Candidate statistics of one feature over a set of records.
+
+    Tokens are counted as arrays: every token of every record gets an integer key (its normalised string) and every
+    (left token, token) pair a pair key; occurrences, active occurrences and activation mass are bincounts over
+    those keys. A candidate's active occurrences are flat token positions (`hit_positions`).
+    """
 
     def __init__(self, records: Sequence[Record]) -> None:
         """Count every token and (left token, token) pair of `records`."""
         self.records = list(records)
-        self._uni: dict[str, _Stat] = defaultdict(_Stat)
-        self._bi: dict[tuple[str, str], _Stat] = defaultdict(_Stat)
-        total_mass, total_tokens = 0.0, 0
-        for ri, rec in enumerate(self.records):
-            keys = [norm(t) for t in rec.tokens]
-            acts = rec.acts.tolist()
-            total_mass += float(sum(acts))
-            total_tokens += len(keys)
-            for i, (k, a) in enumerate(zip(keys, acts, strict=True)):
-                if not k:
-                    continue
-                stats = [self._uni[k]]
-                if i > 0 and keys[i - 1]:
-                    stats.append(self._bi[(keys[i - 1], k)])
-                for s in stats:
-                    s.occ += 1
-                    if a > 0:
-                        s.active += 1
-                        s.mass += a
-                        s.hits.append((ri, i))
-        self.total_mass = total_mass
-        self.mean_act = total_mass / total_tokens if total_tokens else 0.0
+        vocab: dict[str, int] = {"": 0}
+        keys: list[int] = []
+        starts = [0]
+        for rec in self.records:
+            keys.extend(vocab.setdefault(norm(t), len(vocab)) for t in rec.tokens)
+            starts.append(len(keys))
+        self._vocab = vocab
+        self._words = list(vocab)
+        self._starts = np.asarray(starts, dtype=np.int64)
+        n = len(keys)
+        key = np.asarray(keys, dtype=np.int64)
+        acts = (
+            np.concatenate([r.acts for r in self.records]).astype(np.float64)
+            if n
+            else np.zeros(0, dtype=np.float64)
+        )
+        self._acts = acts
+        self._key = key
+        prev = np.zeros(n, dtype=np.int64)  # 0 (the empty key) where there is no left token in the record
+        if n:
+            prev[1:] = key[:-1]
+            prev[self._starts[:-1][self._starts[:-1] < n]] = 0
+        self._prev = prev
+        active = acts > 0
+        self._active = active
+        self.total_mass = float(acts.sum())
+        self.mean_act = self.total_mass / n if n else 0.0
+        size = len(vocab)
+        valid = key > 0
+        self._uni_occ = np.bincount(key[valid], minlength=size)
+        self._uni_active = np.bincount(key[valid & active], minlength=size)
+        self._uni_mass = np.bincount(key[valid & active], weights=acts[valid & active], minlength=size)
+        pair_ok = valid & (prev > 0)
+        codes = prev[pair_ok] * size + key[pair_ok]
+        self._pair_codes, inverse = np.unique(codes, return_inverse=True)
+        act_pair = active[pair_ok]
+        self._bi_occ = np.bincount(inverse, minlength=len(self._pair_codes))
+        self._bi_active = np.bincount(inverse[act_pair], minlength=len(self._pair_codes))
+        self._bi_mass = np.bincount(
+            inverse[act_pair], weights=acts[pair_ok][act_pair], minlength=len(self._pair_codes)
+        )
+
+    def _counts(self, token: str, context: str | None) -> tuple[int, int, float]:
+        """(occurrences, active occurrences, activation mass) of a candidate; zeros when it never occurs."""
+        k = self._vocab.get(token, 0)
+        if k == 0:
+            return 0, 0, 0.0
+        if context is None:
+            return int(self._uni_occ[k]), int(self._uni_active[k]), float(self._uni_mass[k])
+        c = self._vocab.get(context, 0)
+        j = int(np.searchsorted(self._pair_codes, c * len(self._vocab) + k))
+        if c == 0 or j >= len(self._pair_codes) or self._pair_codes[j] != c * len(self._vocab) + k:
+            return 0, 0, 0.0
+        return int(self._bi_occ[j]), int(self._bi_active[j]), float(self._bi_mass[j])
+
+    def _make(self, token: str, context: str | None, occ: int, active: int, mass: float) -> Candidate:
+        """A Candidate from its counts."""
+        lift = mass / occ / self.mean_act if occ and self.mean_act > 0 else 0.0
+        return Candidate(token, context, occ, active, mass, lift)
 
     def candidate(self, token: str, context: str | None = None) -> Candidate:
         """Statistics of one (normalised) token, optionally after a context token."""
-        s = self._uni.get(token) if context is None else self._bi.get((context, token))
-        s = s or _Stat()
-        lift = s.mean / self.mean_act if self.mean_act > 0 else 0.0
-        return Candidate(token, context, s.occ, s.active, s.mass, lift)
+        return self._make(token, context, *self._counts(token, context))
+
+    def hit_positions(self, token: str, context: str | None = None) -> np.ndarray:
+        """Flat token positions (over all records, in order) of the candidate's active occurrences."""
+        k = self._vocab.get(token, 0)
+        if k == 0:
+            return np.zeros(0, dtype=np.int64)
+        sel = self._active & (self._key == k)
+        if context is not None:
+            c = self._vocab.get(context, 0)
+            if c == 0:
+                return np.zeros(0, dtype=np.int64)
+            sel &= self._prev == c
+        return np.flatnonzero(sel)
 
     def hits(self, token: str, context: str | None = None) -> list[tuple[int, int]]:
         """(record, position) of the candidate's active occurrences."""
-        s = self._uni.get(token) if context is None else self._bi.get((context, token))
-        return list(s.hits) if s else []
+        flat = self.hit_positions(token, context)
+        rec = np.searchsorted(self._starts, flat, side="right") - 1
+        return [(int(r), int(f - self._starts[r])) for r, f in zip(rec, flat, strict=True)]
+
+    def activation(self, positions: np.ndarray) -> float:
+        """Total activation at flat token positions."""
+        return float(self._acts[positions].sum())
 
     def candidates(self, config: LexicalConfig) -> list[Candidate]:
         """Every token and context candidate meeting the support and precision floors, by lift."""
         out = []
-        for k, s in self._uni.items():
-            if s.active >= config.min_count and s.precision >= config.min_precision:
-                out.append(self.candidate(k))
-        for (c, k), s in self._bi.items():
-            if s.active >= config.min_count and s.precision >= config.min_precision:
-                out.append(self.candidate(k, c))
+        words, size = self._words, len(self._vocab)
+        for occ, act, mass, ids, pairs in (
+            (self._uni_occ, self._uni_active, self._uni_mass, np.arange(size), False),
+            (self._bi_occ, self._bi_active, self._bi_mass, self._pair_codes, True),
+        ):
+            precision = np.divide(act, occ, out=np.zeros(len(occ)), where=occ > 0)
+            for j in np.flatnonzero((act >= config.min_count) & (precision >= config.min_precision)):
+                code = int(ids[j])
+                token, context = (words[code % size], words[code // size]) if pairs else (words[code], None)
+                out.append(self._make(token, context, int(occ[j]), int(act[j]), float(mass[j])))
         out.sort(key=lambda c: (-c.lift, -c.mass, c.token, c.context or ""))
         return out
 
     def typical_context(self, token: str) -> tuple[str, float] | None:
         """The most common left token among the token's active occurrences and its share."""
-        ctx = Counter()
-        for ri, i in self.hits(token):
-            if i > 0:
-                ctx[norm(self.records[ri].tokens[i - 1])] += 1
+        flat = self.hit_positions(token)
+        if not flat.size:
+            return None
+        left = self._prev[flat]
+        starts = np.searchsorted(self._starts, flat, side="right") - 1
+        has_left = flat > self._starts[starts]  # position 0 of a record has no left token
+        ctx = Counter(self._words[int(k)] for k in left[has_left])
         if not ctx:
             return None
         best, n = ctx.most_common(1)[0]
-        return best, n / max(1, len(self.hits(token)))
+        return best, n / max(1, flat.size)
 
 
 @dataclass(frozen=True)
@@ -211,25 +257,24 @@ def select_candidates(stats: LexicalStats, config: LexicalConfig) -> list[Candid
     if stats.total_mass <= 0:
         return []
     pool = stats.candidates(config)
-    covered: set[tuple[int, int]] = set()
-    acts = [r.acts for r in stats.records]
+    hits = [stats.hit_positions(c.token, c.context) for c in pool]
+    remaining = stats._acts.copy()  # activation not yet covered by a chosen rule
     chosen: list[Candidate] = []
     while len(chosen) < config.rule_cap and pool:
-        best, best_gain = None, 0.0
-        for cand in pool:
-            new = sum(
-                float(acts[ri][i]) for ri, i in stats.hits(cand.token, cand.context) if (ri, i) not in covered
-            )
-            gain = new * cand.precision
+        best, best_gain = -1, 0.0
+        for j, cand in enumerate(pool):
+            gain = float(remaining[hits[j]].sum()) * cand.precision
             if gain > best_gain:
-                best, best_gain = cand, gain
-        if best is None or best_gain < config.min_gain * stats.total_mass:
+                best, best_gain = j, gain
+        if best < 0 or best_gain < config.min_gain * stats.total_mass:
             break
-        if best.context is None:
-            best = _narrow(stats, best, config)
-        chosen.append(best)
-        covered.update(stats.hits(best.token, best.context))
-        pool = [c for c in pool if (c.token, c.context) != (best.token, best.context)]
+        pick = pool[best]
+        if pick.context is None:
+            pick = _narrow(stats, pick, config)
+        chosen.append(pick)
+        remaining[stats.hit_positions(pick.token, pick.context)] = 0.0
+        keep = [j for j, c in enumerate(pool) if (c.token, c.context) != (pick.token, pick.context)]
+        pool, hits = [pool[j] for j in keep], [hits[j] for j in keep]
     return chosen
 
 
@@ -259,8 +304,8 @@ def lexical_explain(
     gmax = global_max if global_max is not None else global_max_of(records)
     chosen = select_candidates(stats, config)
     rules = tuple(Rule(c.rule_text(), c.strength(gmax)) for c in chosen)
-    covered = {h for c in chosen for h in stats.hits(c.token, c.context)}
-    mass = sum(float(stats.records[ri].acts[i]) for ri, i in covered)
+    covered = np.unique(np.concatenate([stats.hit_positions(c.token, c.context) for c in chosen] or [[]]))
+    mass = stats.activation(covered.astype(np.int64))
     coverage = mass / stats.total_mass if stats.total_mass > 0 else 0.0
     return LexicalExplanation(rules, render_text(rules, stats), coverage)
 

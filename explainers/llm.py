@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import json
 import logging
 import random
 import ssl
@@ -162,6 +163,25 @@ def _tls_context() -> ssl.SSLContext:
     return ssl.create_default_context(cafile=certifi.where())
 
 
+class MalformedCompletionError(ValueError):
+    """A 2xx answer whose body is not a chat completion (retried like a server error)."""
+
+
+def _read_completion(body: str) -> tuple[str, int, int]:
+    """(text, prompt_tokens, completion_tokens) of a chat-completion response body."""
+    try:
+        data = json.loads(body)
+        choices = data.get("choices") or []
+        text = ((choices[0].get("message") or {}).get("content") or "") if choices else ""
+        usage = data.get("usage") or {}
+        pt, ct = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
+    except (ValueError, AttributeError, TypeError, IndexError):
+        raise MalformedCompletionError(f"malformed completion body ({body[:120]!r})") from None
+    if not isinstance(text, str):
+        raise MalformedCompletionError(f"completion content is {type(text).__name__}, not text")
+    return text, pt, ct
+
+
 def _retry_after_s(err: openai.APIStatusError) -> float | None:
     """Seconds from a Retry-After / retry-after-ms header, when the server sent one."""
     headers = err.response.headers
@@ -265,12 +285,20 @@ class LLMClient:
             retry_after: float | None = None
             try:
                 async with state.semaphore:
-                    resp = await state.client.chat.completions.create(
-                        model=cfg.model,
-                        messages=messages,  # type: ignore[arg-type]
-                        temperature=temperature,
-                        max_tokens=max_tokens,
+                    # The client's generic POST with a raw response: the same request, auth, timeouts and typed
+                    # errors as `chat.completions.create`, without its per-call walk over the request's TypedDicts
+                    # and the pydantic model of the answer (~2 ms per call; bench/NOTES.md).
+                    resp = await state.client.post(
+                        "/chat/completions",
+                        body={
+                            "model": cfg.model,
+                            "messages": messages,
+                            "temperature": temperature,
+                            "max_tokens": max_tokens,
+                        },
+                        cast_to=str,  # the raw body (any openai version; its HTTP library has changed)
                     )
+                answer = _read_completion(resp)
             except (openai.AuthenticationError, openai.PermissionDeniedError) as err:
                 # No body in the message: some servers echo (part of) the key back.
                 raise LLMAuthError(
@@ -289,11 +317,10 @@ class LLMClient:
                 reason = f"timeout after {cfg.timeout_s:g} s"
             except openai.APIConnectionError as err:
                 reason = f"connection error ({type(err.__cause__).__name__ if err.__cause__ else 'unknown'})"
+            except MalformedCompletionError as err:
+                reason = str(err)
             else:
-                text = (resp.choices[0].message.content or "") if resp.choices else ""
-                pt = resp.usage.prompt_tokens if resp.usage else 0
-                ct = resp.usage.completion_tokens if resp.usage else 0
-                return text, pt, ct, retries
+                return (*answer, retries)
             if retries >= cfg.max_retries:
                 raise LLMUnavailableError(
                     f"{cfg.base_url or 'api.openai.com'} failed {retries + 1} time(s), last: {reason}; "

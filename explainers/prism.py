@@ -181,7 +181,20 @@ async def prism_describe(
     """
     scores = np.array([text_score(r) for r in records] + [0.0] * max(0, n_other), dtype=np.float64)
     chosen = select_texts(scores, config.percentile, config.n_texts)
-    texts = [highlight(records[int(i)], config.highlight_percentile) for i in chosen if i < len(records)]
+    return await prism_describe_selected(
+        [records[int(i)] for i in chosen if i < len(records)], embed, config, describe
+    )
+
+
+async def prism_describe_selected(
+    records: Sequence[Record],
+    embed: Callable[[list[str]], np.ndarray],
+    config: PrismConfig,
+    describe: Callable[[Sequence[HighlightedText]], Any] | None = None,
+) -> list[PrismCluster]:
+    """PRISM from its step 3 on: highlight, embed, cluster and describe already selected texts (see
+    `prism_describe`; `select_texts` picks them from text scores)."""
+    texts = [highlight(r, config.highlight_percentile) for r in records]
     if not texts:
         return []
     labels = cluster_labels(np.asarray(embed([t.text for t in texts]), dtype=np.float32), config)

@@ -117,26 +117,52 @@ def worst_record_index(pred: Sequence[np.ndarray], records: Sequence[Record]) ->
         raise ValueError("no records")
     if len(pred) != len(records):
         raise ValueError(f"{len(pred)} predicted records but {len(records)} true records")
-    # Concatenate once and cut each record out by its offsets: the same arrays, in the same order, as
-    # pooled_correlation over the list without record i (so the same floating-point result), without
-    # re-concatenating every record per candidate.
     p = np.concatenate([np.asarray(x, dtype=np.float64).ravel() for x in pred])
     t = np.concatenate([np.asarray(r.acts, dtype=np.float64).ravel() for r in records])
     if p.shape != t.shape:
         raise ValueError(f"{p.size} predicted tokens but {t.size} true tokens")
-    ends = np.cumsum([np.asarray(x).size for x in pred])
+    sizes = np.asarray([np.asarray(x).size for x in pred], dtype=np.int64)
     base = _pooled_flat(p, t)
-    best_i, best_gain = 0, -math.inf
-    start = 0
-    for i, end in enumerate(ends.tolist()):
-        loo = _pooled_flat(np.concatenate((p[:start], p[end:])), np.concatenate((t[:start], t[end:])))
-        start = end
-        if math.isnan(loo):
-            continue
-        gain = loo - (0.0 if math.isnan(base) else base)
-        if gain > best_gain:
-            best_i, best_gain = i, gain
-    return best_i
+    loo = _leave_one_out_correlations(p, t, sizes)
+    gains = np.where(np.isnan(loo), -np.inf, loo - (0.0 if math.isnan(base) else base))
+    return int(np.argmax(gains)) if np.isfinite(gains).any() else 0
+
+
+def _leave_one_out_correlations(p: np.ndarray, t: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Per record, the pooled correlation of all other records (the rules of `_pooled_flat`), from per-record sums
+    of deviations from the overall means: one pass instead of one concatenation per record."""
+    n_rec = sizes.size
+    seg = np.repeat(np.arange(n_rec), sizes)
+    dp, dt = p - p.mean(), t - t.mean()
+    a, b = np.bincount(seg, dp, n_rec), np.bincount(seg, dt, n_rec)
+    c, d = np.bincount(seg, dp * dp, n_rec), np.bincount(seg, dt * dt, n_rec)
+    e = np.bincount(seg, dp * dt, n_rec)
+    m = (p.size - sizes).astype(np.float64)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        sa, sb = a.sum() - a, b.sum() - b
+        ss_t = np.maximum((d.sum() - d) - sb * sb / m, 0.0)
+        ss_p = np.maximum((c.sum() - c) - sa * sa / m, 0.0)
+        cov = (e.sum() - e) - sa * sb / m
+        corr = cov / np.sqrt(ss_p * ss_t)
+    out = np.clip(corr, -1.0, 1.0)
+    out[_rest_is_constant(p, sizes)] = 0.0  # constant predictions carry no information
+    out[(m == 0) | ~(ss_t / np.where(m > 0, m, 1.0) >= MIN_TRUE_VARIANCE)] = math.nan
+    return out
+
+
+def _rest_is_constant(p: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+    """Per record, whether the predictions of all other records take a single value."""
+    n_rec = sizes.size
+    lo, hi = np.full(n_rec, np.inf), np.full(n_rec, -np.inf)
+    nonempty = sizes > 0
+    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))[nonempty]
+    lo[nonempty], hi[nonempty] = np.minimum.reduceat(p, starts), np.maximum.reduceat(p, starts)
+    # min / max over the other records: prefix and suffix running extremes
+    pre_lo = np.concatenate(([np.inf], np.minimum.accumulate(lo)[:-1]))
+    suf_lo = np.concatenate((np.minimum.accumulate(lo[::-1])[::-1][1:], [np.inf]))
+    pre_hi = np.concatenate(([-np.inf], np.maximum.accumulate(hi)[:-1]))
+    suf_hi = np.concatenate((np.maximum.accumulate(hi[::-1])[::-1][1:], [-np.inf]))
+    return np.maximum(pre_hi, suf_hi) <= np.minimum(pre_lo, suf_lo)
 
 
 @dataclass(frozen=True)

@@ -60,7 +60,15 @@ class Hang:
     """How long to hang; make it longer than the client timeout."""
 
 
-Scripted = Reply | HTTPFault | Hang | str
+@dataclass(frozen=True)
+class BrokenBody:
+    """A 200 answer whose body is not a chat completion (a proxy's HTML page, a truncated body)."""
+
+    body: str = "<html><body>502 Bad Gateway (proxy)</body></html>"
+    """Raw response body."""
+
+
+Scripted = Reply | HTTPFault | Hang | BrokenBody | str
 
 
 @dataclass
@@ -74,7 +82,7 @@ class RecordedRequest:
     started: float
     """time.monotonic() when it arrived."""
     outcome: str = ""
-    """What was served: "reply", "http <status>", "hang"."""
+    """What was served: "reply", "http <status>", "hang", "broken body"."""
     finished: float = 0.0
     """time.monotonic() when the answer was sent (or the hang ended)."""
 
@@ -271,6 +279,15 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
                 rec.outcome = "hang"
                 state.stop.wait(item.seconds)
                 self.close_connection = True
+                return
+            if isinstance(item, BrokenBody):
+                rec.outcome = "broken body"
+                data = item.body.encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
                 return
             if isinstance(item, HTTPFault):
                 rec.outcome = f"http {item.status}"

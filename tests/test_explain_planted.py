@@ -71,3 +71,18 @@ def test_prism_separates_two_topics(planted):
     majority = sum(max(c.values()) for c in counts) / sum(sum(c.values()) for c in counts)
     assert majority >= 0.9, counts
     assert {c.most_common(1)[0][0] for c in counts} == {"kjv", "stdlib"}
+
+
+@pytest.mark.parametrize("feature", [0, 1, 3, 4])
+def test_store_text_scores_equal_prism_text_score_of_the_records(planted, feature):
+    from explainers.inputs import load_records
+    from explainers.prism import text_score
+
+    ids, scores = planted.window_text_scores(PLANTED_SAE, feature)
+    maxima = planted.window_maxima(PLANTED_SAE, feature)
+    assert ids.tolist() == maxima.window_ids.tolist() and len(ids) > 0
+    corpus = planted.index_progress(PLANTED_SAE).corpus
+    records = load_records(planted, PLANTED_SAE, corpus, feature, ids.tolist())
+    expected = [text_score(r) for r in records]
+    assert scores == pytest.approx(expected, rel=1e-5, abs=1e-7)
+    assert (scores > 0).sum() > 0

@@ -93,15 +93,20 @@ def _naive_worst(pred, records):
     return best_i
 
 
-@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("seed", range(40))
 def test_worst_record_matches_leave_one_out_over_the_list(seed):
     rng = np.random.default_rng(seed)
     recs, pred = [], []
-    for i in range(int(rng.integers(1, 12))):
+    n_rec = int(rng.integers(1, 12))
+    only = int(rng.integers(0, n_rec))  # seeds % 4 == 2 / 3: predictions / truth non-zero in this record only
+    for i in range(n_rec):
         n = int(rng.integers(1, 9))
         acts = np.where(rng.random(n) < 0.3, rng.random(n) * 4, 0).astype(np.float32)
+        if seed % 4 == 3 and i != only:
+            acts[:] = 0
         recs.append(Record(i, tuple("t" * n), acts))
-        pred.append(rng.integers(0, 6, n).astype(np.float64) * (seed % 2))  # odd seeds: constant predictions
+        p = rng.integers(0, 6, n).astype(np.float64) * (seed % 4 != 1)  # seeds % 4 == 1: constant predictions
+        pred.append(p if seed % 4 != 2 or i == only else np.zeros(n))
     assert worst_record_index(pred, recs) == _naive_worst(pred, recs)
 
 

@@ -22,7 +22,7 @@ from explainers.llm import (
 from explainers.llm_cache import CachedResponse, MemoryCache, StoreCache, cache_key
 from explainers.llm_config import LLMConfig, LLMNotConfiguredError
 from explainers.llm_usage import Usage, UsageLedger
-from tests.fake_llm import FakeLLM, Hang, HTTPFault, Reply, fake_llm, prompt_token_count  # noqa: F401
+from tests.fake_llm import BrokenBody, FakeLLM, Hang, HTTPFault, Reply, fake_llm, prompt_token_count  # noqa: F401
 from workbench.store import Store
 
 
@@ -117,6 +117,16 @@ def test_500_then_success(fake_llm):  # noqa: F811
     fake_llm.push(HTTPFault(500), HTTPFault(503), '{"ok": true}')
     out = run(_one(build_cfg(fake_llm), LLMRequest(chat("q"))))
     assert out.value == {"ok": True} and out.usage.retries == 2 and fake_llm.calls == 3
+
+
+def test_a_body_that_is_no_completion_is_retried_then_typed(fake_llm):  # noqa: F811
+    fake_llm.push(BrokenBody(), '{"ok": true}')
+    out = run(_one(build_cfg(fake_llm), LLMRequest(chat("q"))))
+    assert out.value == {"ok": True} and out.usage.retries == 1
+    assert [r.outcome for r in fake_llm.requests] == ["broken body", "reply"]
+    fake_llm.push(BrokenBody('{"choices": [{"message": {"content": 7}}]}'), BrokenBody("{truncated"))
+    with pytest.raises(LLMUnavailableError, match="malformed completion body"):
+        run(_one(build_cfg(fake_llm, max_retries=1), LLMRequest(chat("q"))))
 
 
 def test_hang_times_out_and_retries(fake_llm):  # noqa: F811

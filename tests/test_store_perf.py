@@ -162,3 +162,16 @@ def test_top_k_by_score_is_exact_with_ties() -> None:
     rounded = rng.integers(0, 50, 5000).astype(np.float32)  # many ties
     reference = many[np.lexsort((many, -rounded))][:37]
     assert top_k_by_score(many, rounded, 37).tolist() == reference.tolist()
+
+
+def test_top_from_window_maxima_equals_the_top_examples_query(tmp_path: Path) -> None:
+    s = Store.open(tmp_path / "t.duckdb")
+    s.register_sae("sae", "tiny", "blocks.0.hook_resid_post", 4, 8, {})
+    s.start_index("sae", "c", 4, None, {})
+    rng = np.random.default_rng(0)
+    ids = list(range(40))
+    values = np.round(rng.random(40) * 4, 0).astype(np.float32).tolist()  # many ties, broken by window id
+    s.add_index_batch("sae", "c", _windows(ids), _acts(0, ids, values), 40, 9)
+    s.finalize_index("sae")
+    for k in (0, 1, 7, 40, 100):
+        assert s.window_maxima("sae", 0).top(k) == s.top_examples("sae", 0, k)

@@ -144,6 +144,13 @@ class WindowMaxima:
     positions: np.ndarray
     """(N,) int64 — position of each window's maximum."""
 
+    def top(self, k: int) -> list[Example]:
+        """The `k` windows with the highest maximum (ties by window id): Store.top_examples without a query."""
+        order = np.lexsort((self.window_ids, -self.values))[: max(k, 0)]
+        return [
+            Example(int(self.window_ids[i]), float(self.values[i]), int(self.positions[i])) for i in order
+        ]
+
 
 @dataclass(frozen=True)
 class Sample:

@@ -513,6 +513,24 @@ class Store:
             positions=cols["p"].astype(np.int64),
         )
 
+    def window_text_scores(self, sae_id: str, feature: int) -> tuple[np.ndarray, np.ndarray]:
+        """(window ids ascending, scores) over the windows where `feature` is active: its activation summed over
+        each window's tokens and divided by their number, BOS and padding excluded (PRISM's text score, computed
+        without loading the windows' tokens)."""
+        progress = self._indexed(sae_id)
+        with self.session() as conn:
+            cols = _numpy(
+                conn,
+                "WITH s AS (SELECT window_id, coalesce(sum(value) FILTER (WHERE position > 0), 0) AS total "
+                "FROM activations WHERE sae_id = ? AND feature = ? GROUP BY window_id) "
+                "SELECT s.window_id, s.total, len(list_filter(w.mask[2:], lambda x: x)) AS n FROM s "
+                "JOIN windows w ON w.corpus = ? AND w.window_id = s.window_id ORDER BY s.window_id",
+                [sae_id, int(feature), progress.corpus],
+            )
+        n = cols["n"].astype(np.float64)
+        scores = np.divide(cols["total"].astype(np.float64), n, out=np.zeros_like(n), where=n > 0)
+        return cols["window_id"].astype(np.int64), scores
+
     def indexed_window_ids(self, sae_id: str) -> np.ndarray:
         """Ids of the windows `sae_id` was indexed over (ascending)."""
         return self._cached(("indexed", sae_id), lambda: self._read_indexed(sae_id)).copy()
