@@ -20,7 +20,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -203,6 +203,24 @@ class _Lease:
             # Leave the file free long enough for a polling reader (the app) to get in; see connection.YIELD_S.
             time.sleep(YIELD_S)
             self.acquire()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        """Leave the store file free during long work that needs no store (PRISM's embedding). A pause of at
+        least YIELD_S is the yield itself: the lease restarts its clock and `renew` has no reason to sleep."""
+        if self._stack is None:
+            yield
+            return
+        since = self._since
+        self.release()
+        t0 = time.monotonic()
+        try:
+            yield
+        finally:
+            free = time.monotonic() - t0
+            self.acquire()
+            if free < YIELD_S:
+                self._since = since
 
     def release(self) -> None:
         """Close the leased session."""
@@ -501,7 +519,13 @@ class ExplainJob:
         chosen = [int(i) for i in select_texts(padded, pc.percentile, pc.n_texts) if i < len(active)]
         records = self._records(feature, [int(active[i]) for i in chosen], None)
         describe = None if client is None else (lambda texts: llm_describe(client, texts, tag))
-        embed = self.embed or (lambda texts: embed_texts(texts))
+        inner = self.embed or embed_texts
+
+        def embed(texts: list[str]) -> np.ndarray:
+            """The embedding model's pass, with the store file left to other processes meanwhile."""
+            with self.lease.paused():
+                return np.asarray(inner(texts))
+
         clusters = await prism_describe_selected(records, embed, pc, describe)
         text = "\n".join(f"{i + 1}. {c.description}" for i, c in enumerate(clusters))
         shown = sorted({w for c in clusters for w in c.window_ids})

@@ -175,3 +175,29 @@ def test_top_from_window_maxima_equals_the_top_examples_query(tmp_path: Path) ->
     s.finalize_index("sae")
     for k in (0, 1, 7, 40, 100):
         assert s.window_maxima("sae", 0).top(k) == s.top_examples("sae", 0, k)
+
+
+def test_explain_lease_pause_frees_the_file_and_a_long_pause_counts_as_the_yield(store: Store) -> None:
+    import time
+
+    from explainers.job import _Lease
+    from workbench.store.connection import YIELD_S
+
+    code = "import sys, duckdb; duckdb.connect(sys.argv[1]).close(); print('ok')"
+    lease = _Lease(store, seconds=10.0)
+    lease.acquire()
+    try:
+        held = subprocess.run([sys.executable, "-c", code, str(store.path)], capture_output=True, text=True)
+        assert held.returncode != 0 and "lock" in held.stderr.lower()
+        started = lease._since
+        with lease.paused():  # a short pause: the lease keeps its age
+            pass
+        assert lease._since == started
+        with lease.paused():
+            free = subprocess.run([sys.executable, "-c", code, str(store.path)], capture_output=True, text=True)
+            time.sleep(YIELD_S)
+        assert free.stdout.strip() == "ok", free.stderr
+        assert lease._since > started  # the pause was the yield: the lease's clock restarted
+        assert store.index_progress("sae") is not None  # and the lease holds a working session again
+    finally:
+        lease.release()
