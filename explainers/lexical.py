@@ -17,6 +17,7 @@ Parenthesised parts are comments. Text without quotes is matched word by word (c
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from collections import Counter
@@ -25,7 +26,16 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from explainers.records import MAX_LEVEL, Record, global_max_of
+from explainers.records import (
+    MAX_LEVEL,
+    Record,
+    global_max_of,
+    key_code,
+    key_word,
+    known_key_code,
+    n_key_codes,
+    norm,
+)
 from explainers.rules import DEFAULT_RULE_CAP, Rule, rules_to_text
 
 LEXICAL_VERSION = "lexical-v1"
@@ -36,11 +46,6 @@ _STOPWORDS = frozenset(
     "the and for with that this from are was were token tokens word words fires activates activation on in of "
     "after before when text any its it".split()
 )
-
-
-def norm(token: str) -> str:
-    """Matching form of a token: stripped of surrounding whitespace and lower-cased."""
-    return token.strip().lower()
 
 
 @dataclass(frozen=True)
@@ -110,17 +115,16 @@ class LexicalStats:
     def __init__(self, records: Sequence[Record]) -> None:
         """Count every token and (left token, token) pair of `records`."""
         self.records = list(records)
-        vocab: dict[str, int] = {"": 0}
-        keys: list[int] = []
-        starts = [0]
-        for rec in self.records:
-            keys.extend(vocab.setdefault(norm(t), len(vocab)) for t in rec.tokens)
-            starts.append(len(keys))
-        self._vocab = vocab
-        self._words = list(vocab)
-        self._starts = np.asarray(starts, dtype=np.int64)
+        starts = np.cumsum([0] + [len(r) for r in self.records])
+        self._starts = starts.astype(np.int64)
+        keys = (
+            np.concatenate([r.key_codes for r in self.records])
+            if self.records
+            else np.zeros(0, dtype=np.int64)
+        )
+        self._size = n_key_codes()  # codes of these records are all below this
         n = len(keys)
-        key = np.asarray(keys, dtype=np.int64)
+        key = keys
         acts = (
             np.concatenate([r.acts for r in self.records]).astype(np.float64)
             if n
@@ -137,7 +141,7 @@ class LexicalStats:
         self._active = active
         self.total_mass = float(acts.sum())
         self.mean_act = self.total_mass / n if n else 0.0
-        size = len(vocab)
+        size = self._size
         valid = key > 0
         self._uni_occ = np.bincount(key[valid], minlength=size)
         self._uni_active = np.bincount(key[valid & active], minlength=size)
@@ -152,16 +156,22 @@ class LexicalStats:
             inverse[act_pair], weights=acts[pair_ok][act_pair], minlength=len(self._pair_codes)
         )
 
+    def _code(self, token: str) -> int:
+        """The key code of a normalised token if these records can contain it, else 0."""
+        code = known_key_code(token)
+        return code if code is not None and code < self._size else 0
+
     def _counts(self, token: str, context: str | None) -> tuple[int, int, float]:
         """(occurrences, active occurrences, activation mass) of a candidate; zeros when it never occurs."""
-        k = self._vocab.get(token, 0)
+        k = self._code(token)
         if k == 0:
             return 0, 0, 0.0
         if context is None:
             return int(self._uni_occ[k]), int(self._uni_active[k]), float(self._uni_mass[k])
-        c = self._vocab.get(context, 0)
-        j = int(np.searchsorted(self._pair_codes, c * len(self._vocab) + k))
-        if c == 0 or j >= len(self._pair_codes) or self._pair_codes[j] != c * len(self._vocab) + k:
+        c = self._code(context)
+        code = c * self._size + k
+        j = int(np.searchsorted(self._pair_codes, code))
+        if c == 0 or j >= len(self._pair_codes) or self._pair_codes[j] != code:
             return 0, 0, 0.0
         return int(self._bi_occ[j]), int(self._bi_active[j]), float(self._bi_mass[j])
 
@@ -176,12 +186,12 @@ class LexicalStats:
 
     def hit_positions(self, token: str, context: str | None = None) -> np.ndarray:
         """Flat token positions (over all records, in order) of the candidate's active occurrences."""
-        k = self._vocab.get(token, 0)
+        k = self._code(token)
         if k == 0:
             return np.zeros(0, dtype=np.int64)
         sel = self._active & (self._key == k)
         if context is not None:
-            c = self._vocab.get(context, 0)
+            c = self._code(context)
             if c == 0:
                 return np.zeros(0, dtype=np.int64)
             sel &= self._prev == c
@@ -200,7 +210,7 @@ class LexicalStats:
     def candidates(self, config: LexicalConfig) -> list[Candidate]:
         """Every token and context candidate meeting the support and precision floors, by lift."""
         out = []
-        words, size = self._words, len(self._vocab)
+        size = self._size
         for occ, act, mass, ids, pairs in (
             (self._uni_occ, self._uni_active, self._uni_mass, np.arange(size), False),
             (self._bi_occ, self._bi_active, self._bi_mass, self._pair_codes, True),
@@ -208,7 +218,9 @@ class LexicalStats:
             precision = np.divide(act, occ, out=np.zeros(len(occ)), where=occ > 0)
             for j in np.flatnonzero((act >= config.min_count) & (precision >= config.min_precision)):
                 code = int(ids[j])
-                token, context = (words[code % size], words[code // size]) if pairs else (words[code], None)
+                token, context = (
+                    (key_word(code % size), key_word(code // size)) if pairs else (key_word(code), None)
+                )
                 out.append(self._make(token, context, int(occ[j]), int(act[j]), float(mass[j])))
         out.sort(key=lambda c: (-c.lift, -c.mass, c.token, c.context or ""))
         return out
@@ -221,7 +233,7 @@ class LexicalStats:
         left = self._prev[flat]
         starts = np.searchsorted(self._starts, flat, side="right") - 1
         has_left = flat > self._starts[starts]  # position 0 of a record has no left token
-        ctx = Counter(self._words[int(k)] for k in left[has_left])
+        ctx = Counter(key_word(int(k)) for k in left[has_left])
         if not ctx:
             return None
         best, n = ctx.most_common(1)[0]
@@ -343,6 +355,51 @@ def match_rule_text(text: str, tokens: Sequence[str]) -> np.ndarray:
     return out
 
 
+@functools.lru_cache(maxsize=4096)
+def _rule_codes(text: str) -> tuple[np.ndarray, np.ndarray | None]:
+    """Key codes of a rule text's targets and contexts (None: no context named). Codes are assigned here when new,
+    so a record seen later with such a token gets the same code."""
+    targets, contexts = parse_rule_text(text)
+
+    def codes(keys: list[str]) -> np.ndarray:
+        return np.asarray([key_code(k) for k in keys if k], dtype=np.int64)
+
+    return codes(targets), (codes(contexts) if contexts else None)
+
+
+def _isin(codes: np.ndarray, wanted: np.ndarray) -> np.ndarray:
+    """codes ∈ wanted; a few comparisons beat np.isin for the one to three tokens a rule usually names."""
+    if wanted.size > 8:
+        return np.isin(codes, wanted)
+    out = np.zeros(codes.shape, dtype=bool)
+    for w in wanted.tolist():
+        out |= codes == w
+    return out
+
+
+def _match_codes(text: str, codes: np.ndarray, left: np.ndarray) -> np.ndarray:
+    """Rule matches over token key codes, given each token's left neighbour's code (0 where there is none)."""
+    targets, contexts = _rule_codes(text)
+    hit = _isin(codes, targets)
+    if contexts is not None and hit.any():
+        hit &= _isin(left, contexts)
+    return hit
+
+
+def _left_codes(codes: np.ndarray, starts: np.ndarray) -> np.ndarray:
+    """Each token's left neighbour's code within its record (0 for the first token of a record)."""
+    left = np.zeros_like(codes)
+    left[1:] = codes[:-1]
+    left[starts[starts < codes.size]] = 0
+    return left
+
+
+def match_rule_record(text: str, record: Record) -> np.ndarray:
+    """`match_rule_text` on a record, over its cached token key codes (no per-token string work)."""
+    codes = record.key_codes
+    return _match_codes(text, codes, _left_codes(codes, np.zeros(1, dtype=np.int64)))
+
+
 class LexicalSimulator:
     """Predicts 5 on tokens an explanation's quoted tokens (or content words) match and 0 elsewhere."""
 
@@ -353,15 +410,17 @@ class LexicalSimulator:
         return self.simulate_sync(explanation, records)
 
     def simulate_sync(self, explanation: str, records: Sequence[Record]) -> list[np.ndarray]:
-        """Synchronous form of `simulate` (it does no I/O)."""
+        """Synchronous form of `simulate` (it does no I/O); all records are matched at once."""
+        if not records:
+            return []
         clauses = [c for c in explanation.split(";") if c.strip()]
-        out = []
-        for rec in records:
-            hit = np.zeros(len(rec), dtype=bool)
-            for clause in clauses:
-                hit |= match_rule_text(clause, rec.tokens)
-            out.append(hit.astype(np.float64) * MAX_LEVEL)
-        return out
+        codes = np.concatenate([r.key_codes for r in records])
+        bounds = np.cumsum([len(r) for r in records])
+        left = _left_codes(codes, np.concatenate(([0], bounds[:-1])))
+        hit = np.zeros(codes.shape, dtype=bool)
+        for clause in clauses:
+            hit |= _match_codes(clause, codes, left)
+        return np.split(hit.astype(np.float64) * MAX_LEVEL, bounds[:-1])
 
 
 def simulate_rules_sync(rules: Sequence[Rule], records: Sequence[Record]) -> list[np.ndarray]:
@@ -382,6 +441,7 @@ __all__ = [
     "LexicalSimulator",
     "LexicalStats",
     "lexical_explain",
+    "match_rule_record",
     "match_rule_text",
     "parse_rule_text",
     "rules_to_text",

@@ -6,6 +6,8 @@ shown to an LLM are discretised as floor(5·x / global max) clipped to 0..5 (the
 
 from __future__ import annotations
 
+import functools
+import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -13,6 +15,47 @@ import numpy as np
 
 # Display scale of the tree paper and of OpenAI's automated-interpretability: integer activations 0..5.
 MAX_LEVEL = 5
+
+
+def norm(token: str) -> str:
+    """Matching form of a token: stripped of surrounding whitespace and lower-cased."""
+    return token.strip().lower()
+
+
+# Every normalised token string seen in this process gets a small integer (0 is the empty string), so rules match and
+# statistics count over integer arrays. Bounded by the tokenizer's vocabulary.
+_KEY_CODES: dict[str, int] = {"": 0}
+_KEY_WORDS: list[str] = [""]
+
+
+_KEY_LOCK = threading.Lock()
+
+
+def key_code(key: str) -> int:
+    """The integer of a normalised token string (assigned on first sight; thread-safe)."""
+    code = _KEY_CODES.get(key)
+    if code is None:
+        with _KEY_LOCK:
+            code = _KEY_CODES.get(key)
+            if code is None:
+                _KEY_WORDS.append(key)
+                code = _KEY_CODES[key] = len(_KEY_WORDS) - 1
+    return code
+
+
+def known_key_code(key: str) -> int | None:
+    """The integer of a normalised token string, or None if no record has had it."""
+    return _KEY_CODES.get(key)
+
+
+def key_word(code: int) -> str:
+    """The normalised token string of an integer from `key_code`."""
+    return _KEY_WORDS[code]
+
+
+def n_key_codes() -> int:
+    """How many key codes exist so far (codes are 0 … n−1)."""
+    return len(_KEY_WORDS)
 
 
 @dataclass(frozen=True)
@@ -41,6 +84,11 @@ class Record:
     def __len__(self) -> int:
         """Number of tokens."""
         return len(self.tokens)
+
+    @functools.cached_property
+    def key_codes(self) -> np.ndarray:
+        """(T,) int64 `key_code` of each token's normalised form (computed once per record)."""
+        return np.fromiter((key_code(norm(t)) for t in self.tokens), dtype=np.int64, count=len(self.tokens))
 
 
 def discretise(acts: np.ndarray, global_max: float) -> np.ndarray:

@@ -1,6 +1,7 @@
 """Lexical explainer and simulator on hand-built records."""
 
 import numpy as np
+import pytest
 
 from explainers.lexical import (
     LexicalConfig,
@@ -47,3 +48,35 @@ def test_rule_cap_limits_rules():
     toks = [f" t{i}" for i in range(8)]
     recs = [rec(j, toks, [float(i + 1) for i in range(8)]) for j in range(3)]
     assert len(lexical_explain(recs, LexicalConfig(rule_cap=3)).rules) == 3
+
+
+@pytest.mark.parametrize("seed", range(8))
+def test_record_matching_by_key_codes_equals_matching_by_strings(seed):
+    import numpy as np
+
+    from explainers.lexical import match_rule_record, match_rule_text
+    from explainers.records import Record
+
+    rng = np.random.default_rng(seed)
+    # Rules are matched before any record has some of their words (codes must still agree later).
+    words = [" York", "york", " New", "new ", " the", "\n", " ", f" unseen{seed}", " Cat", "cat"]
+    rules = ['"york"', '"york" after "new"', '"cat" or "dog"', f'"unseen{seed}" after "the"', "Cats and York",
+             '"" after "new"', '"the"']  # fmt: skip
+    before = {r: match_rule_record(r, Record(0, (" x",), np.zeros(1, np.float32))) for r in rules}
+    assert not any(b.any() for b in before.values())
+    records = []
+    for i in range(20):
+        tokens = tuple(str(w) for w in rng.choice(words, int(rng.integers(1, 12))))
+        rec = Record(i, tokens, np.zeros(len(tokens), np.float32))
+        records.append(rec)
+        for rule in rules:
+            got = match_rule_record(rule, rec).tolist()
+            assert got == match_rule_text(rule, tokens).tolist(), (rule, tokens)
+    # The simulator matches all records at once: no context may leak across a record boundary.
+    explanation = "; ".join(rules[1:4])
+    predicted = LexicalSimulator().simulate_sync(explanation, records)
+    for rec, pred in zip(records, predicted, strict=True):
+        expected = np.zeros(len(rec), dtype=bool)
+        for clause in rules[1:4]:
+            expected |= match_rule_text(clause, rec.tokens)
+        assert pred.tolist() == (expected * 5.0).tolist()

@@ -194,7 +194,9 @@ def test_explain_lease_pause_frees_the_file_and_a_long_pause_counts_as_the_yield
             pass
         assert lease._since == started
         with lease.paused():
-            free = subprocess.run([sys.executable, "-c", code, str(store.path)], capture_output=True, text=True)
+            free = subprocess.run(
+                [sys.executable, "-c", code, str(store.path)], capture_output=True, text=True
+            )
             time.sleep(YIELD_S)
         assert free.stdout.strip() == "ok", free.stderr
         assert lease._since > started  # the pause was the yield: the lease's clock restarted
