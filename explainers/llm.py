@@ -167,19 +167,21 @@ class MalformedCompletionError(ValueError):
     """A 2xx answer whose body is not a chat completion (retried like a server error)."""
 
 
-def _read_completion(body: str) -> tuple[str, int, int]:
-    """(text, prompt_tokens, completion_tokens) of a chat-completion response body."""
+def _read_completion(body: str) -> tuple[list[str], int, int]:
+    """(texts of the choices in index order, prompt_tokens, completion_tokens) of a chat-completion body; a body
+    without choices reads as one empty answer."""
     try:
         data = json.loads(body)
-        choices = data.get("choices") or []
-        text = ((choices[0].get("message") or {}).get("content") or "") if choices else ""
+        choices = sorted(data.get("choices") or [], key=lambda c: int(c.get("index") or 0))
+        texts = [(c.get("message") or {}).get("content") or "" for c in choices] or [""]
         usage = data.get("usage") or {}
         pt, ct = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
-    except (ValueError, AttributeError, TypeError, IndexError):
+    except (ValueError, AttributeError, TypeError):
         raise MalformedCompletionError(f"malformed completion body ({body[:120]!r})") from None
-    if not isinstance(text, str):
-        raise MalformedCompletionError(f"completion content is {type(text).__name__}, not text")
-    return text, pt, ct
+    for text in texts:
+        if not isinstance(text, str):
+            raise MalformedCompletionError(f"completion content is {type(text).__name__}, not text")
+    return texts, pt, ct
 
 
 def _retry_after_s(err: openai.APIStatusError) -> float | None:
@@ -219,6 +221,7 @@ class LLMClient:
             )
         self._rng = random.Random(config.seed)
         self._state: _LoopState | None = None
+        self._n_refused = False  # the endpoint answered a request with `n` > 1 by refusing it
 
     def __repr__(self) -> str:
         """Show the model and endpoint, never the key."""
@@ -275,9 +278,10 @@ class LLMClient:
         return cost
 
     async def _http(
-        self, messages: list[dict[str, str]], temperature: float, max_tokens: int
-    ) -> tuple[str, int, int, int]:
-        """One completion with retries; returns (text, prompt_tokens, completion_tokens, retries)."""
+        self, messages: list[dict[str, str]], temperature: float, max_tokens: int, n: int = 1
+    ) -> tuple[list[str], int, int, int]:
+        """One completion request (`n` choices) with retries; returns (texts, prompt_tokens, completion_tokens,
+        retries)."""
         cfg = self.config
         retries = 0
         while True:
@@ -295,6 +299,7 @@ class LLMClient:
                             "messages": messages,
                             "temperature": temperature,
                             "max_tokens": max_tokens,
+                            **({"n": n} if n > 1 else {}),
                         },
                         cast_to=str,  # the raw body (any openai version; its HTTP library has changed)
                     )
@@ -351,22 +356,29 @@ class LLMClient:
                 usage = Usage(cache_hits=1, seconds=time.perf_counter() - t0)
                 self.ledger.record(request.tag, usage)
                 return LLMResponse(hit.response_text, cfg.model, usage, True, key)
-        text, pt, ct, retries = await self._http(messages, temperature, max_tokens)
+        texts, pt, ct, retries = await self._http(messages, temperature, max_tokens)
+        text = texts[0]
         if self.cache is not None:
             self.cache.put(key, cfg.model, text, pt, ct)
         usage = Usage(pt, ct, self._cost(pt, ct), 1, 0, retries, 0, time.perf_counter() - t0)
         self.ledger.record(request.tag, usage)
         return LLMResponse(text, cfg.model, usage, False, key)
 
-    async def complete_parsed(self, request: LLMRequest, parse: Callable[[str], T]) -> Parsed[T]:
-        """An answer run through `parse`; a ValueError from `parse` is sent back to the model (≤ max_reasks times)."""
+    async def complete_parsed(
+        self, request: LLMRequest, parse: Callable[[str], T], first: LLMResponse | None = None
+    ) -> Parsed[T]:
+        """An answer run through `parse`; a ValueError from `parse` is sent back to the model (≤ max_reasks times).
+        `first`: the answer to the request itself when it is already at hand (a sample of a multi-sample call)."""
         messages = list(request.messages)
         total = Usage()
         errors: list[str] = []
         all_cached = True
         text = ""
         for turn in range(self.config.max_reasks + 1):
-            resp = await self.complete(replace(request, messages=tuple(messages)))
+            if turn == 0 and first is not None:
+                resp = first
+            else:
+                resp = await self.complete(replace(request, messages=tuple(messages)))
             text = resp.text
             total = total + resp.usage
             all_cached = all_cached and resp.cached
@@ -423,6 +435,66 @@ class LLMClient:
                 return err
 
         return await _gather_ordered([one(r) for r in requests], progress, "LLM calls")
+
+    async def parse_samples_settled(
+        self, requests: Sequence[LLMRequest], parse: Callable[[str], T]
+    ) -> list[Parsed[T] | LLMMalformedOutputError]:
+        """parse_many_settled for samples of one prompt (requests equal but for `sample`): the uncached samples come
+        from one request with `n` choices where the endpoint allows it (LLMConfig.samples_per_request)."""
+        first = await self._sample_answers(requests)
+
+        async def one(i: int, r: LLMRequest) -> Parsed[T] | LLMMalformedOutputError:
+            try:
+                return await self.complete_parsed(r, parse, first.get(i))
+            except LLMMalformedOutputError as err:
+                return err
+
+        return await _gather_ordered([one(i, r) for i, r in enumerate(requests)], False, "LLM calls")
+
+    async def _sample_answers(self, requests: Sequence[LLMRequest]) -> dict[int, LLMResponse]:
+        """Answers for the uncached samples among `requests` from ONE request with `n` choices (by position);
+        {} when that does not apply (one sample, setting off, endpoint known to refuse `n`, unequal requests)."""
+        cfg = self.config
+        if len(requests) < 2 or not cfg.samples_per_request or self._n_refused:
+            return {}
+        base = requests[0]
+        if any(replace(r, sample=base.sample) != base for r in requests[1:]):
+            return {}
+        temperature = cfg.temperature if base.temperature is None else base.temperature
+        max_tokens = cfg.max_tokens if base.max_tokens is None else base.max_tokens
+        messages = [{"role": m["role"], "content": m["content"]} for m in base.messages]
+        keys = [
+            cache_key(
+                cfg.model,
+                messages,
+                {"temperature": temperature, "max_tokens": max_tokens, "sample": r.sample},
+            )
+            for r in requests
+        ]
+        missing = [i for i, k in enumerate(keys) if self.cache is None or self.cache.get(k) is None]
+        if len(missing) < 2:
+            return {}
+        t0 = time.perf_counter()
+        try:
+            texts, pt, ct, retries = await self._http(messages, temperature, max_tokens, n=len(missing))
+        except LLMRequestError as err:
+            self._n_refused = True
+            log.warning("%s; asking for one sample per request from now on", err)
+            return {}
+        usage = Usage(pt, ct, self._cost(pt, ct), 1, 0, retries, 0, time.perf_counter() - t0)
+        self.ledger.record(base.tag, usage)
+        if len(texts) < len(missing):
+            log.info(
+                "the endpoint returned %d of %d samples; asking for the rest one by one",
+                len(texts),
+                len(missing),
+            )
+        out: dict[int, LLMResponse] = {}
+        for j, (i, text) in enumerate(zip(missing, texts, strict=False)):
+            if self.cache is not None:  # each sample under its own key; the call's tokens counted once
+                self.cache.put(keys[i], cfg.model, text, pt if j == 0 else 0, ct if j == 0 else 0)
+            out[i] = LLMResponse(text, cfg.model, usage if j == 0 else Usage(), False, keys[i])
+        return out
 
 
 async def _gather_ordered(coros: Sequence[Coroutine[Any, Any, R]], progress: bool, desc: str) -> list[R]:

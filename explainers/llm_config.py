@@ -43,6 +43,10 @@ class LLMConfig:
     """Retries after the first attempt on 429, 5xx, timeouts and connection errors (0 = try once)."""
     concurrency: int = 8
     """Most requests in flight at once from one client."""
+    samples_per_request: bool = True
+    """Several samples of one prompt come from one request (the API's `n`: the prompt is sent and billed once); an
+    endpoint that refuses `n` gets one request per sample from then on, one that returns fewer choices gets the
+    rest asked one by one."""
     max_reasks: int = 2
     """How many times a malformed answer is sent back with its parse error before giving up."""
     backoff_base_s: float = 1.0

@@ -335,7 +335,9 @@ class LLMProposer:
             )
             for i in range(n)
         ]
-        results = await self.client.parse_many_settled(reqs, lambda t: parse_rules(parse_json_strict(t), cap))
+        results = await self.client.parse_samples_settled(
+            reqs, lambda t: parse_rules(parse_json_strict(t), cap)
+        )
         return [r.value for r in results if not isinstance(r, LLMMalformedOutputError)]
 
     async def children(self, node: TreeNode, n: int, global_max: float) -> list[tuple[str, tuple[Rule, ...]]]:
@@ -349,7 +351,7 @@ class LLMProposer:
             LLMRequest(chat(user, system), tag=self.tag, temperature=self.config.temperature, sample=i)
             for i in range(n)
         ]
-        results = await self.client.parse_many_settled(reqs, lambda t: parse_revision(t, cap))
+        results = await self.client.parse_samples_settled(reqs, lambda t: parse_revision(t, cap))
         return [r.value for r in results if not isinstance(r, LLMMalformedOutputError)]
 
 

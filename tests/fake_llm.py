@@ -118,11 +118,15 @@ class FakeLLM:
         responder: Callable[[dict[str, Any]], Scripted] | None = None,
         default: Scripted | None = None,
         expected_key: str | None = None,
+        n_mode: str = "honour",
     ) -> None:
-        """Configure answers; `expected_key` makes any other bearer token get HTTP 401."""
+        """Configure answers; `expected_key` makes any other bearer token get HTTP 401. `n_mode` is what a request
+        with n > 1 gets: "honour" (n choices, one scripted answer each), "ignore" (one choice, as some servers do)
+        or "refuse" (HTTP 400, as servers without `n` support do)."""
         self.responder = responder
         self.default = default
         self.expected_key = expected_key
+        self.n_mode = n_mode
         self._state = _State()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -266,6 +270,11 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
                     {"error": {"message": msg, "type": "invalid_request_error", "code": "invalid_api_key"}},
                 )
                 return
+            n = int(body.get("n") or 1)
+            if n > 1 and fake.n_mode == "refuse":
+                rec.outcome = "http 400"
+                self._send_json(400, {"error": {"message": "n must be 1", "type": "invalid_request_error"}})
+                return
             item = fake._next(body)
             if item is None:
                 rec.outcome = "http 418"
@@ -297,9 +306,23 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
                 return
             if item.delay_s:
                 state.stop.wait(item.delay_s)
+            replies = [item]
+            while n > 1 and fake.n_mode == "honour" and len(replies) < n:  # one scripted answer per choice
+                more = fake._next(body)
+                if isinstance(more, str):
+                    more = Reply(more)
+                if not isinstance(more, Reply):
+                    if more is not None:  # not a choice (a fault, a hang): it stays first in line
+                        with fake._state.lock:
+                            fake._state.queue.appendleft(more)
+                    break
+                replies.append(more)
             pt = item.prompt_tokens if item.prompt_tokens is not None else prompt_token_count(body)
-            ct = item.completion_tokens if item.completion_tokens is not None else count_tokens(item.content)
-            rec.outcome = "reply"
+            ct = sum(
+                r.completion_tokens if r.completion_tokens is not None else count_tokens(r.content)
+                for r in replies
+            )
+            rec.outcome = "reply" if len(replies) == 1 else f"reply x{len(replies)}"
             self._send_json(
                 200,
                 {
@@ -309,10 +332,11 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
                     "model": body.get("model", "fake"),
                     "choices": [
                         {
-                            "index": 0,
-                            "message": {"role": "assistant", "content": item.content},
+                            "index": i,
+                            "message": {"role": "assistant", "content": r.content},
                             "finish_reason": "stop",
                         }
+                        for i, r in enumerate(replies)
                     ],
                     "usage": {"prompt_tokens": pt, "completion_tokens": ct, "total_tokens": pt + ct},
                 },

@@ -392,3 +392,55 @@ def test_write_behind_store_cache_holds_answers_until_flush(tmp_path):
     assert entry is not None and entry.tokens == 5 and entry.response["text"] == "answer"
     assert StoreCache(store).get("k1") == CachedResponse("m", "answer", 3, 2)
     cache.flush()  # nothing held: a no-op
+
+
+async def _samples(cfg: LLMConfig, n: int, rounds: int = 1, **kw) -> list[list]:
+    """`rounds` times: n samples of one prompt through parse_samples_settled (JSON answers)."""
+    out = []
+    async with LLMClient(cfg, **kw) as llm:
+        for _ in range(rounds):
+            reqs = [LLMRequest(chat("three ideas"), tag="t", temperature=1.0, sample=i) for i in range(n)]
+            out.append(await llm.parse_samples_settled(reqs, parse_json_strict))
+    return out
+
+
+def test_samples_of_one_prompt_come_from_one_request_with_n(fake_llm):  # noqa: F811
+    fake_llm.push(Reply('{"i": 0}', prompt_tokens=100, completion_tokens=5), '{"i": 1}', '{"i": 2}')
+    ledger, cache = UsageLedger(), MemoryCache()
+    (results,) = run(_samples(build_cfg(fake_llm), 3, ledger=ledger, cache=cache))
+    assert [r.value for r in results] == [{"i": 0}, {"i": 1}, {"i": 2}]
+    assert fake_llm.calls == 1 and fake_llm.requests[0].body["n"] == 3
+    assert ledger.total.calls == 1 and ledger.total.prompt_tokens == 100  # the prompt is billed once
+    # Each sample is cached under its own key: a rerun costs nothing, and one sample alone hits the cache too.
+    (again,) = run(_samples(build_cfg(fake_llm), 3, cache=cache))
+    assert [r.value for r in again] == [{"i": 0}, {"i": 1}, {"i": 2}] and fake_llm.calls == 1
+    one = run(_one(build_cfg(fake_llm), LLMRequest(chat("three ideas"), tag="t", temperature=1.0, sample=2),
+                   cache=cache))  # fmt: skip
+    assert one.value == {"i": 2} and fake_llm.calls == 1
+
+
+def test_a_malformed_sample_is_reasked_alone(fake_llm):  # noqa: F811
+    fake_llm.push('{"i": 0}', "not json", '{"i": 2}', '{"i": 1}')
+    (results,) = run(_samples(build_cfg(fake_llm), 3))
+    assert [r.value for r in results] == [{"i": 0}, {"i": 1}, {"i": 2}]
+    assert [r.reasks for r in results] == [0, 1, 0]
+    assert fake_llm.calls == 2 and "n" not in fake_llm.requests[1].body
+
+
+def test_endpoint_ignoring_n_gets_the_other_samples_one_by_one():
+    with FakeLLM(n_mode="ignore") as server:
+        server.push('{"i": 0}', '{"i": 1}', '{"i": 2}')
+        (results,) = run(_samples(build_cfg(server), 3))
+        assert sorted(r.value["i"] for r in results) == [0, 1, 2] and server.calls == 3
+
+
+def test_endpoint_refusing_n_is_asked_one_sample_per_request_from_then_on():
+    with FakeLLM(n_mode="refuse") as server:
+        server.push(*[f'{{"i": {i}}}' for i in range(6)])
+        first, second = run(_samples(build_cfg(server), 3, rounds=2))
+        assert sorted(r.value["i"] for r in first + second) == list(range(6))
+        assert [r.outcome for r in server.requests].count("http 400") == 1 and server.calls == 7
+    with FakeLLM(n_mode="refuse") as server:  # or never tries it when told so
+        server.push(*[f'{{"i": {i}}}' for i in range(3)])
+        run(_samples(build_cfg(server, samples_per_request=False), 3))
+        assert server.calls == 3 and all("n" not in r.body for r in server.requests)
