@@ -322,7 +322,7 @@ class TestSetBuilder:
         pos_ids, chunk = self.positives(feature)
         # Exclude the whole top chunk from negatives so no positive candidate becomes a negative.
         maxima = self.store.window_maxima(self.sae_id, feature)
-        top_chunk = maxima.window_ids[np.lexsort((maxima.window_ids, -maxima.values))[:chunk]]
+        top_chunk = maxima.window_ids[maxima.by_peak()[:chunk]]
         sample = None
         if self.config.scorer != "cosy" and pos_ids:
             sample = self.negatives(feature, np.union1d(top_chunk, pos_ids))

@@ -451,7 +451,7 @@ class ExplainJob:
         cfg = self.config
         rng = np.random.default_rng([cfg.seed, feature])
         maxima = self.store.window_maxima(self.sae_id, feature)
-        order = np.lexsort((maxima.window_ids, -maxima.values))
+        order = maxima.by_peak()
         chunk = maxima.window_ids[order[: top_chunk_size(self.n_windows)]]
         chunk = chunk[maxima.values[order[: len(chunk)]] > 0]
         pos = rng.choice(chunk, size=min(cfg.n_positives, len(chunk)), replace=False).tolist()

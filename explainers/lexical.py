@@ -124,19 +124,16 @@ class LexicalStats:
         )
         self._size = n_key_codes()  # codes of these records are all below this
         n = len(keys)
-        key = keys
         acts = (
             np.concatenate([r.acts for r in self.records]).astype(np.float64)
             if n
             else np.zeros(0, dtype=np.float64)
         )
         self._acts = acts
-        self._key = key
-        prev = np.zeros(n, dtype=np.int64)  # 0 (the empty key) where there is no left token in the record
-        if n:
-            prev[1:] = key[:-1]
-            prev[self._starts[:-1][self._starts[:-1] < n]] = 0
-        self._prev = prev
+        key = self._key = keys
+        prev = self._prev = _left_codes(
+            keys, self._starts[:-1]
+        )  # 0 where there is no left token in the record
         active = acts > 0
         self._active = active
         self.total_mass = float(acts.sum())

@@ -338,8 +338,8 @@ class LLMClient:
             await asyncio.sleep(delay)
             retries += 1
 
-    async def complete(self, request: LLMRequest) -> LLMResponse:
-        """One answer: from the cache when present, otherwise from the endpoint (then cached)."""
+    def _resolve(self, request: LLMRequest) -> tuple[list[dict[str, str]], float, int, str]:
+        """(messages, temperature, max_tokens, cache key) of a request, config defaults filled in."""
         cfg = self.config
         temperature = cfg.temperature if request.temperature is None else request.temperature
         max_tokens = cfg.max_tokens if request.max_tokens is None else request.max_tokens
@@ -349,13 +349,27 @@ class LLMClient:
             messages,
             {"temperature": temperature, "max_tokens": max_tokens, "sample": request.sample},
         )
+        return messages, temperature, max_tokens, key
+
+    def _cached(self, key: str, tag: str) -> LLMResponse | None:
+        """The cached answer under `key` (accounted as a cache hit), or None."""
+        if self.cache is None:
+            return None
         t0 = time.perf_counter()
-        if self.cache is not None:
-            hit = self.cache.get(key)
-            if hit is not None:
-                usage = Usage(cache_hits=1, seconds=time.perf_counter() - t0)
-                self.ledger.record(request.tag, usage)
-                return LLMResponse(hit.response_text, cfg.model, usage, True, key)
+        hit = self.cache.get(key)
+        if hit is None:
+            return None
+        usage = Usage(cache_hits=1, seconds=time.perf_counter() - t0)
+        self.ledger.record(tag, usage)
+        return LLMResponse(hit.response_text, self.config.model, usage, True, key)
+
+    async def complete(self, request: LLMRequest) -> LLMResponse:
+        """One answer: from the cache when present, otherwise from the endpoint (then cached)."""
+        cfg = self.config
+        messages, temperature, max_tokens, key = self._resolve(request)
+        t0 = time.perf_counter()
+        if (hit := self._cached(key, request.tag)) is not None:
+            return hit
         texts, pt, ct, retries = await self._http(messages, temperature, max_tokens)
         text = texts[0]
         if self.cache is not None:
@@ -452,35 +466,31 @@ class LLMClient:
         return await _gather_ordered([one(i, r) for i, r in enumerate(requests)], False, "LLM calls")
 
     async def _sample_answers(self, requests: Sequence[LLMRequest]) -> dict[int, LLMResponse]:
-        """Answers for the uncached samples among `requests` from ONE request with `n` choices (by position);
-        {} when that does not apply (one sample, setting off, endpoint known to refuse `n`, unequal requests)."""
+        """Answers for samples among `requests` (by position): the cached ones from the cache, the others from ONE
+        request with `n` choices; {} when that does not apply (one sample, setting off, endpoint known to refuse
+        `n`, unequal requests)."""
         cfg = self.config
         if len(requests) < 2 or not cfg.samples_per_request or self._n_refused:
             return {}
         base = requests[0]
         if any(replace(r, sample=base.sample) != base for r in requests[1:]):
             return {}
-        temperature = cfg.temperature if base.temperature is None else base.temperature
-        max_tokens = cfg.max_tokens if base.max_tokens is None else base.max_tokens
-        messages = [{"role": m["role"], "content": m["content"]} for m in base.messages]
-        keys = [
-            cache_key(
-                cfg.model,
-                messages,
-                {"temperature": temperature, "max_tokens": max_tokens, "sample": r.sample},
-            )
-            for r in requests
-        ]
-        missing = [i for i, k in enumerate(keys) if self.cache is None or self.cache.get(k) is None]
+        messages, temperature, max_tokens, _ = self._resolve(base)
+        keys = [self._resolve(r)[3] for r in requests]
+        out: dict[int, LLMResponse] = {}
+        for i, key in enumerate(keys):
+            if (hit := self._cached(key, base.tag)) is not None:
+                out[i] = hit
+        missing = [i for i in range(len(requests)) if i not in out]
         if len(missing) < 2:
-            return {}
+            return out
         t0 = time.perf_counter()
         try:
             texts, pt, ct, retries = await self._http(messages, temperature, max_tokens, n=len(missing))
         except LLMRequestError as err:
             self._n_refused = True
             log.warning("%s; asking for one sample per request from now on", err)
-            return {}
+            return out
         usage = Usage(pt, ct, self._cost(pt, ct), 1, 0, retries, 0, time.perf_counter() - t0)
         self.ledger.record(base.tag, usage)
         if len(texts) < len(missing):
@@ -489,7 +499,6 @@ class LLMClient:
                 len(texts),
                 len(missing),
             )
-        out: dict[int, LLMResponse] = {}
         for j, (i, text) in enumerate(zip(missing, texts, strict=False)):
             if self.cache is not None:  # each sample under its own key; the call's tokens counted once
                 self.cache.put(keys[i], cfg.model, text, pt if j == 0 else 0, ct if j == 0 else 0)

@@ -144,9 +144,13 @@ class WindowMaxima:
     positions: np.ndarray
     """(N,) int64 — position of each window's maximum."""
 
+    def by_peak(self) -> np.ndarray:
+        """Indices ordered by maximum, highest first (ties by window id)."""
+        return np.lexsort((self.window_ids, -self.values))
+
     def top(self, k: int) -> list[Example]:
         """The `k` windows with the highest maximum (ties by window id): Store.top_examples without a query."""
-        order = np.lexsort((self.window_ids, -self.values))[: max(k, 0)]
+        order = self.by_peak()[: max(k, 0)]
         return [
             Example(int(self.window_ids[i]), float(self.values[i]), int(self.positions[i])) for i in order
         ]

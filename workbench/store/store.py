@@ -565,7 +565,7 @@ class Store:
         """Activating windows split into `n_quantiles` equal-count bins by max activation (bin 0 = highest);
         `per_quantile` drawn uniformly per bin with `seed` (delphi-style quantile sampling)."""
         maxima = self.window_maxima(sae_id, feature)
-        order = np.lexsort((maxima.window_ids, -maxima.values))
+        order = maxima.by_peak()
         rng = np.random.default_rng(seed)
         out: list[Example] = []
         for q, idx in enumerate(np.array_split(order, n_quantiles)):
