@@ -36,7 +36,7 @@ from explainers.rules import DEFAULT_RULE_CAP, rules_to_text
 from explainers.tree import TREE_VERSION, TreeConfig
 from workbench.errors import WorkbenchError
 from workbench.store import ExplanationRecord, Store
-from workbench.store.connection import YIELD_S
+from workbench.store.connection import YIELD_S, someone_waiting
 
 log = logging.getLogger(__name__)
 
@@ -172,16 +172,18 @@ class JobSummary:
 
 
 class _Lease:
-    """Holds one store connection for at most `seconds`, then reopens it (opening costs ~30 ms, a commit ~10 ms).
+    """Holds one store connection across features, stepping aside when another process waits for the file.
 
     Every store call of the job runs synchronously between awaits on the event-loop thread, so they all share the
-    leased connection (Store.session is re-entrant per thread); releasing it between features lets other processes
-    (the app, another writer) in at least every `seconds`.
+    leased connection (Store.session is re-entrant per thread). Opening costs ~10–30 ms and releasing ~15 ms (a
+    checkpoint), so the lease is kept while nobody else wants the file: between features, `renew` releases it
+    for YIELD_S when another process has announced that it waits (connection.someone_waiting) and the lease is
+    at least `seconds` old — and, as a fallback for waiters that cannot announce themselves, every `max_seconds`.
     """
 
-    def __init__(self, store: Store, seconds: float) -> None:
+    def __init__(self, store: Store, seconds: float, max_seconds: float = 10.0) -> None:
         """Lease nothing yet."""
-        self.store, self.seconds = store, seconds
+        self.store, self.seconds, self.max_seconds = store, seconds, max(seconds, max_seconds)
         self._stack: contextlib.ExitStack | None = None
         self._since = 0.0
 
@@ -193,14 +195,17 @@ class _Lease:
             self._since = time.monotonic()
 
     def due(self) -> bool:
-        """Whether the next `renew` will release the connection (other processes get their turn)."""
-        return self._stack is not None and time.monotonic() - self._since >= self.seconds
+        """Whether the next `renew` will release the connection (another process gets its turn)."""
+        if self._stack is None:
+            return False
+        age = time.monotonic() - self._since
+        return age >= self.max_seconds or (age >= self.seconds and someone_waiting(self.store.path))
 
     def renew(self) -> None:
-        """Release and reacquire when the lease is older than `seconds`."""
-        if self._stack is not None and time.monotonic() - self._since >= self.seconds:
+        """Release, leave the file free for YIELD_S, and reacquire when `due`."""
+        if self.due():
             self.release()
-            # Leave the file free long enough for a polling reader (the app) to get in; see connection.YIELD_S.
+            # Long enough for a polling process (the app) to get in; see connection.YIELD_S.
             time.sleep(YIELD_S)
             self.acquire()
 
@@ -243,7 +248,7 @@ class ExplainJob:
         progress: bool = True,
         env: Mapping[str, str] | None = None,
         embed: Any = None,
-        lease_s: float = 1.0,
+        lease_s: float = 0.5,
         use_cache: bool = True,
         batch_size: int = 64,
         flush_s: float = 0.25,
@@ -280,11 +285,14 @@ class ExplainJob:
             )
         self.corpus = progress_row.corpus
         self.n_windows = progress_row.next_window
-        self._maxima: dict[int, Any] = {}
+        self._keys: dict[int, str] = {}
 
     def key(self, feature: int) -> str:
-        """Config key of one feature."""
-        return config_key(self.sae_id, feature, self.config, self.llm)
+        """Config key of one feature (computed once per job)."""
+        key = self._keys.get(feature)
+        if key is None:
+            key = self._keys[feature] = config_key(self.sae_id, feature, self.config, self.llm)
+        return key
 
     def run(self, features: Iterable[int]) -> JobSummary:
         """Explain every feature not already stored; return what was done."""
@@ -294,8 +302,9 @@ class ExplainJob:
         """Async form of `run`."""
         t0 = time.perf_counter()
         feats = list(dict.fromkeys(int(f) for f in features))
-        with self.store.session():
-            todo = [f for f in feats if not self.store.has_explanation(self.key(f))]
+        keys = {f: self.key(f) for f in feats}
+        stored = self.store.stored_explanation_keys(list(keys.values()))
+        todo = [f for f in feats if keys[f] not in stored]
         if len(todo) < len(feats):
             log.info("resuming: %d of %d features already explained", len(feats) - len(todo), len(feats))
         if self.config.explainer == "tree" and self.config.negatives.startswith("SIMILAR") and todo:

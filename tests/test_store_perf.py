@@ -203,3 +203,99 @@ def test_explain_lease_pause_frees_the_file_and_a_long_pause_counts_as_the_yield
         assert store.index_progress("sae") is not None  # and the lease holds a working session again
     finally:
         lease.release()
+
+
+def test_session_cache_keeps_facts_across_appends_and_evicts_least_recently_used(
+    store: Store, monkeypatch
+) -> None:
+    from workbench.store import store as store_module
+
+    reads: list[str] = []
+    read_progress = Store._read_progress
+
+    def counting(self: Store, sae_id: str):
+        reads.append(sae_id)
+        return read_progress(self, sae_id)
+
+    monkeypatch.setattr(Store, "_read_progress", counting)
+    with store.session():
+        store.index_progress("sae")
+        # Appends to output tables (explanations, evals, LLM cache) cannot change a cached fact: kept.
+        store.add_explanations([_record(0, "k0")])
+        store.add_eval("sae", "x", {})
+        store.llm_cache_put_many([("key", "m", {"a": 1}, 3)])
+        # More features' maxima than the cache holds: the fact in use (read again below each time) stays.
+        for f in range(3 * store_module._SESSION_CACHE_ENTRIES):
+            store.window_maxima("sae", f)
+            store.index_progress("sae")
+        assert reads == ["sae"]
+        # A write to what the facts are read from invalidates them.
+        assert store.window_maxima("sae", 1).window_ids.tolist() == []
+        store.add_activations("sae", _acts(1, [1], [2.0]))
+        store.finalize_index("sae")
+        store.index_progress("sae")
+        assert reads[-1] == "sae" and len(reads) >= 2
+        assert store.window_maxima("sae", 1).window_ids.tolist() == [1]
+
+
+def test_stored_explanation_keys_is_the_stored_subset(store: Store) -> None:
+    assert store.stored_explanation_keys([]) == set()
+    store.add_explanations([_record(0, "a"), _record(1, "b")])
+    assert store.stored_explanation_keys(["a", "c", "b", "a"]) == {"a", "b"}
+    assert store.stored_explanation_keys(["c"]) == set()
+
+
+def test_explain_lease_steps_aside_only_for_a_waiting_process(store: Store) -> None:
+    """A writer holding the lease keeps the file while nobody waits; a reader process that finds it locked
+    announces itself and gets in at the writer's next feature boundary."""
+    import time
+
+    from explainers.job import _Lease
+    from workbench.store.connection import waiting_marker
+
+    waiting_marker(store.path).unlink(missing_ok=True)
+    lease = _Lease(store, seconds=0.05, max_seconds=60.0)
+    lease.acquire()
+    try:
+        first = lease._since
+        for _ in range(10):  # "features" of 20 ms with nobody waiting: never released
+            time.sleep(0.02)
+            assert not lease.due()
+            lease.renew()
+        assert lease._since == first
+        reader = subprocess.Popen(
+            [sys.executable, "-c", "import sys, time; from workbench.store import Store; t = time.monotonic(); "
+             "s = Store.open(sys.argv[1], read_only=True, busy_timeout_s=20); s.index_progress('sae'); "
+             "print(round(time.monotonic() - t, 3))", str(store.path)],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        deadline = time.monotonic() + 30
+        while reader.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.02)
+            lease.renew()
+        out, err = reader.communicate(timeout=30)
+        assert reader.returncode == 0, err
+        assert float(out) < 10  # in well before its busy timeout
+        assert lease._since > first  # the lease stepped aside for the reader
+        assert store.index_progress("sae") is not None  # and holds a working session again
+    finally:
+        lease.release()
+
+
+def test_explain_lease_falls_back_to_yielding_every_max_seconds(store: Store) -> None:
+    import time
+
+    from explainers.job import _Lease
+    from workbench.store.connection import waiting_marker
+
+    waiting_marker(store.path).unlink(missing_ok=True)
+    lease = _Lease(store, seconds=0.01, max_seconds=0.1)
+    lease.acquire()
+    try:
+        first = lease._since
+        time.sleep(0.12)
+        assert lease.due()
+        lease.renew()
+        assert lease._since > first
+    finally:
+        lease.release()

@@ -62,6 +62,7 @@ Public API of `Store` (records are frozen dataclasses from `workbench.store.reco
 
   Explanations, scores, evals, LLM cache
   add_explanation(ExplanationRecord) -> int (existing id if its config_key is stored);  has_explanation(config_key) -> bool
+  stored_explanation_keys(config_keys) -> set[str] (the stored subset, one query)
   add_explanations(records) -> list[int]   (one transaction: batch a job's writes)
   explanations(sae_id=None, feature=None, explainer=None) -> list[ExplanationRecord];  get_explanation(id) -> ExplanationRecord
   add_score(ScoreRecord) -> int;  scores(explanation_id=None, scorer=None, sae_id=None) -> list[ScoreRecord]

@@ -13,6 +13,10 @@ exactly like closing a connection, at a fraction of the cost (~1–10 ms). Sever
 process that use the same file at the same time share one attachment (reference counted), each with its own cursor;
 a read-write session waits for a read-only attachment of the same file in its process to be released.
 
+Long writers (the explain job) hold the file in leases instead of a session per call; a process that finds the file
+locked touches `<store>.waiting` on every retry, and a lease-holding writer steps aside (for YIELD_S) only when that
+announcement is fresh — so nobody pays for yields nobody waits for.
+
 Inside a process, open store files only through `Store` (a raw `duckdb.connect` on a file the hub has attached
 would be a second database instance on it).
 """
@@ -63,6 +67,31 @@ POLL_CAP_S = 0.025
 """Longest wait between two attempts to open a locked store file."""
 YIELD_S = 0.06
 """How long a lease-holding writer leaves the file free between leases (> POLL_CAP_S, see acquire)."""
+WAITING_FRESH_S = 2.0
+"""A waiting announcement (see `announce_waiting`) older than this is stale: its process got in or gave up (2 s:
+filesystems with one-second timestamps must still see a fresh touch as fresh)."""
+
+
+def waiting_marker(path: Path) -> Path:
+    """The file a process waiting for `path`'s lock touches, so that lease-holding writers know to step aside."""
+    return path.with_name(path.name + ".waiting")
+
+
+def announce_waiting(path: Path) -> None:
+    """Touch `path`'s waiting marker (best effort: a directory we cannot write only loses the announcement)."""
+    marker = waiting_marker(path)
+    try:
+        marker.touch()
+    except OSError:
+        return
+
+
+def someone_waiting(path: Path) -> bool:
+    """Whether another process announced within WAITING_FRESH_S that it waits for `path` (one stat call)."""
+    try:
+        return time.time() - os.stat(waiting_marker(path)).st_mtime < WAITING_FRESH_S
+    except OSError:
+        return False
 
 
 class _Hub:
@@ -123,9 +152,11 @@ class _Hub:
                     f"Store {path} stayed locked by another process for {busy_timeout_s:.0f}s ({message}). "
                     "Wait for the other job to finish, or raise busy_timeout_s."
                 )
+            # Say we wait (lease-holding writers, like the explain job, step aside only for a waiting process) and
+            # poll at least every POLL_CAP_S: they leave the file free for YIELD_S > POLL_CAP_S, so a waiting
+            # process is sure to see it free at least once.
+            announce_waiting(path)
             time.sleep(delay)
-            # Poll at least every POLL_CAP_S: writers that hold the file in leases (the explain job) step aside for
-            # YIELD_S > POLL_CAP_S between leases, so a waiting reader is sure to see the file free at least once.
             delay = min(delay * 2, POLL_CAP_S)
 
     def release(self, path: Path, cursor: duckdb.DuckDBPyConnection) -> None:

@@ -140,24 +140,36 @@ class Store:
         if generation != self._local.generation:
             cache.clear()
             self._local.generation = generation
-        if key not in cache:
+        if key in cache:
+            value = cache.pop(key)  # least recently used first: a hit moves the entry to the end
+        else:
             if len(cache) >= _SESSION_CACHE_ENTRIES:
                 cache.pop(next(iter(cache)))
-            cache[key] = compute()
-        return cache[key]
+            value = compute()
+        cache[key] = value
+        return value
 
     @contextmanager
-    def _write(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """One write transaction (inside the current session, or a session of its own)."""
+    def _write(self, invalidates: bool = True) -> Iterator[duckdb.DuckDBPyConnection]:
+        """One write transaction (inside the current session, or a session of its own).
+
+        `invalidates=False` is for appends to tables no session-cached fact is read from (explanations, scores,
+        evals, samples, embeddings, the LLM cache): the session caches survive them.
+        """
         if self.read_only:
             raise StoreReadOnlyError(
                 f"Store {self.path} was opened read-only; open it with read_only=False to write."
             )
         with self.session() as conn:
             if getattr(self._local, "in_tx", False):
-                yield conn
+                try:
+                    yield conn
+                finally:
+                    if invalidates:
+                        HUB.bump(self.path)
                 return
-            HUB.bump(self.path)
+            if invalidates:
+                HUB.bump(self.path)
             conn.execute("BEGIN TRANSACTION").fetchall()
             self._local.in_tx = True
             try:
@@ -168,7 +180,8 @@ class Store:
                 raise
             finally:
                 self._local.in_tx = False
-                HUB.bump(self.path)
+                if invalidates:
+                    HUB.bump(self.path)
 
     @contextmanager
     def transaction(self) -> Iterator[None]:
@@ -603,7 +616,7 @@ class Store:
 
     def add_sample(self, sample: Sample) -> int:
         """Store a drawn sample (source, seed, config, ids); return its id."""
-        with self._write() as conn:
+        with self._write(invalidates=False) as conn:
             row = _first(
                 conn.execute(
                     "INSERT INTO samples (sae_id, feature, source, seed, config, window_ids) VALUES (?, ?, ?, ?, ?, ?) "
@@ -656,7 +669,7 @@ class Store:
                 "vector": blobs,
             }
         )
-        with self._write() as conn:
+        with self._write(invalidates=False) as conn:
             conn.register("_new_emb", table)
             try:
                 conn.execute("INSERT OR IGNORE INTO window_vectors SELECT * FROM _new_emb").fetchall()
@@ -885,7 +898,7 @@ class Store:
         if not records:
             return []
         keys = [r.config_key for r in records]
-        with self._write() as conn:
+        with self._write(invalidates=False) as conn:
             if len(keys) == 1:
                 found = conn.execute("SELECT id, config_key FROM explanations WHERE config_key = ?", keys)
             else:
@@ -932,6 +945,17 @@ class Store:
         with self.session() as conn:
             row = _first(conn.execute("SELECT count(*) FROM explanations WHERE config_key = ?", [config_key]))
         return bool(row and row[0])
+
+    def stored_explanation_keys(self, config_keys: Sequence[str]) -> set[str]:
+        """The subset of `config_keys` already stored (one query: how a job finds what to skip on resume)."""
+        if not config_keys:
+            return set()
+        with self.session() as conn:
+            rows = conn.execute(
+                "SELECT config_key FROM explanations WHERE config_key IN (SELECT unnest(?::TEXT[]))",
+                [list(config_keys)],
+            ).fetchall()
+        return {str(r[0]) for r in rows}
 
     def explanations(
         self, sae_id: str | None = None, feature: int | None = None, explainer: str | None = None
@@ -985,7 +1009,7 @@ class Store:
 
     def add_score(self, record: ScoreRecord) -> int:
         """Store a score of an explanation; return its id."""
-        with self._write() as conn:
+        with self._write(invalidates=False) as conn:
             row = _first(
                 conn.execute(
                     "INSERT INTO scores (explanation_id, scorer, scorer_version, negative_source, metrics, provenance) "
@@ -1024,7 +1048,7 @@ class Store:
 
     def add_eval(self, sae_id: str, eval_type_id: str, result: dict[str, Any]) -> int:
         """Store an SAE-level evaluation result; return its id."""
-        with self._write() as conn:
+        with self._write(invalidates=False) as conn:
             row = _first(
                 conn.execute(
                     "INSERT INTO evals (sae_id, eval_type_id, eval) VALUES (?, ?, ?) RETURNING id",
@@ -1064,7 +1088,7 @@ class Store:
         """Cache many (key, model, response, tokens) entries in one transaction (first put of a key wins)."""
         if not entries:
             return
-        with self._write() as conn:
+        with self._write(invalidates=False) as conn:
             conn.executemany(
                 "INSERT OR IGNORE INTO llm_cache (key, model, response, tokens) VALUES (?, ?, ?, ?)",
                 [[key, model, _dumps(response), int(tokens)] for key, model, response, tokens in entries],
