@@ -23,11 +23,11 @@ def load_records(
     if not ids:
         return []
     acts_NT = store.window_activations(sae_id, feature, ids)
-    windows = {w.window_id: w for w in store.get_windows(corpus, ids)}
+    windows = store.window_tokens(corpus, ids)
     out = []
     for row, wid in enumerate(ids):
-        w = windows[wid]
+        strings, mask = windows[wid]
         nz = np.flatnonzero(acts_NT[row])
-        rec = make_record(wid, w.token_strings, nz, acts_NT[row, nz], mask=w.mask)
+        rec = make_record(wid, strings, nz, acts_NT[row, nz], mask=mask)
         out.append(crop_record(rec, record_len))
     return out

@@ -4,12 +4,12 @@
 
 Each feature's explanation is keyed by a hash of (SAE, feature, explainer + version, prompt version, LLM model and
 sampling parameters, sampling config). Finished features are committed in batches — one transaction per 64
-features or per 0.25 s, whichever comes first (a commit per feature cost ~10 ms each; slow LLM-bound features still
-get one commit each) — so a killed job loses at most the features in flight plus a quarter second of finished work,
-and a rerun skips everything stored (no duplicates, no losses). Features with no
-activations are stored as dead (`extra["status"] == "dead"`, empty text), not explained. An LLM error that retries
-cannot fix (wrong key, endpoint down) cancels the features in flight — none of them is written, while features
-already finished are — and stops the job with one error; rerun the same command to resume.
+features or per second, whichever comes first (a commit of a few tree explanations costs 10–20 ms; slow LLM-bound
+features still get one commit each) — so a killed job loses at most the features in flight plus one second of finished
+work, and a rerun skips everything stored (no duplicates, no losses). Features with no activations are stored as
+dead (`extra["status"] == "dead"`, empty text), not explained. An LLM error that retries cannot fix (wrong key,
+endpoint down) cancels the features in flight — none of them is written, while features already finished are — and
+stops the job with one error; rerun the same command to resume.
 """
 
 from __future__ import annotations
@@ -251,7 +251,7 @@ class ExplainJob:
         lease_s: float = 0.5,
         use_cache: bool = True,
         batch_size: int = 64,
-        flush_s: float = 0.25,
+        flush_s: float = 1.0,
     ) -> None:
         """Set up; `llm=None` runs the offline (lexical) variant, which `oneshot` does not have.
 

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 
 from explainers.sampling import top_k_by_score
-from workbench.store import ExplanationRecord, Store, StoreBusyError
+from workbench.store import ExplanationRecord, Store, StoreBusyError, StoreError
 from workbench.store.connection import HUB
 from workbench.store.vectors import vectors_dir
 
@@ -299,3 +299,90 @@ def test_explain_lease_falls_back_to_yielding_every_max_seconds(store: Store) ->
         assert lease._since > first
     finally:
         lease.release()
+
+
+def _random_store(tmp_path: Path, seed: int = 0) -> tuple[Store, int]:
+    """A store whose features have random sparse activations with many ties (values rounded to 0.5)."""
+    rng = np.random.default_rng(seed)
+    t, n_windows, n_features = 8, 60, 6
+    s = Store.open(tmp_path / f"r{seed}.duckdb")
+    s.register_sae("sae", "tiny", "blocks.0.hook_resid_post", 4, n_features, {})
+    s.start_index("sae", "c", t, None, {})
+    dense = (
+        np.round(rng.random((n_features, n_windows, t)) * 2, 0)
+        / 2
+        * (rng.random((n_features, n_windows, t)) < 0.3)
+    )
+    f, w, p = np.nonzero(dense)
+    order = rng.permutation(len(f))  # stored in no particular order
+    table = pa.table({"feature": f[order].astype(np.int32), "window_id": w[order].astype(np.int64),
+                      "position": p[order].astype(np.int16), "value": dense[f, w, p][order].astype(np.float32)})  # fmt: skip
+    s.add_index_batch("sae", "c", _windows(list(range(n_windows)), t), table, n_windows, int(dense.size))
+    s.finalize_index("sae")
+    return s, n_features
+
+
+def test_feature_rows_answer_like_the_aggregate_queries(tmp_path: Path, monkeypatch) -> None:
+    from workbench.store import feature_rows
+    from workbench.store import store as store_module
+
+    s, n_features = _random_store(tmp_path)
+    rng = np.random.default_rng(1)
+    asked = np.concatenate([rng.choice(70, 25), [3, 3, 65]])  # repeats and ids beyond the corpus
+    with s.session():  # rows read once per feature and reused
+        from_rows = [
+            (s.window_maxima("sae", f), s.window_activations("sae", f, asked)) for f in range(n_features)
+        ]
+    outside = [(s.window_maxima("sae", f), s.window_activations("sae", f, asked)) for f in range(n_features)]
+    monkeypatch.setattr(store_module, "ROWS_CAP", 0)  # every feature "dense": DuckDB aggregates
+    aggregated = [s.window_maxima("sae", f) for f in range(n_features)]
+    with s.session() as conn:
+        for f in range(n_features):
+            (m, acts), (m2, acts2), m3 = from_rows[f], outside[f], aggregated[f]
+            for other in (m2, m3):
+                np.testing.assert_array_equal(m.window_ids, other.window_ids)
+                np.testing.assert_array_equal(m.values, other.values)
+                np.testing.assert_array_equal(m.positions, other.positions)
+            np.testing.assert_array_equal(acts, acts2)
+            # The reference: a window's peak is its max value at its earliest position; rows densified by hand.
+            ref = conn.execute(
+                "SELECT window_id, position, value FROM activations WHERE sae_id = 'sae' AND feature = ?", [f]
+            ).fetchall()
+            dense = np.zeros((70, 8), np.float32)
+            for w, p, v in ref:
+                dense[w, p] = v
+            np.testing.assert_array_equal(acts, dense[asked])
+            peak = dense.max(axis=1)
+            live = np.flatnonzero(peak > 0)
+            np.testing.assert_array_equal(m.window_ids, live)
+            np.testing.assert_array_equal(m.values, peak[live])
+            np.testing.assert_array_equal(m.positions, dense[live].argmax(axis=1))
+    assert feature_rows.ROWS_CAP > 0
+
+
+def test_feature_rows_sort_unsorted_input_and_handle_empty() -> None:
+    from workbench.store.feature_rows import FeatureRows
+
+    rows = FeatureRows.from_columns(
+        np.array([5, 2, 5, 2]), np.array([3, 1, 0, 4]), np.array([1, 2, 1, 7], np.float32)
+    )
+    assert rows.window_ids.tolist() == [2, 2, 5, 5] and rows.positions.tolist() == [1, 4, 0, 3]
+    m = rows.maxima()
+    assert (
+        m.window_ids.tolist() == [2, 5] and m.values.tolist() == [7.0, 1.0] and m.positions.tolist() == [4, 0]
+    )
+    empty = FeatureRows.from_columns(np.zeros(0), np.zeros(0), np.zeros(0))
+    assert len(empty.maxima().window_ids) == 0
+    assert empty.dense(np.array([1, 2]), 4).shape == (2, 4) and not empty.dense(np.array([1, 2]), 4).any()
+
+
+def test_window_tokens_equal_the_windows_fields(store: Store) -> None:
+    windows = store.get_windows("c", [2, 0, 1])
+    tokens = store.window_tokens("c", [2, 0, 1, 2])
+    assert sorted(tokens) == [0, 1, 2]
+    for w in windows:
+        strings, mask = tokens[w.window_id]
+        assert strings == w.token_strings and mask.dtype == bool
+        np.testing.assert_array_equal(mask, w.mask)
+    with pytest.raises(StoreError, match="not in the store"):
+        store.window_tokens("c", [0, 99])

@@ -32,7 +32,8 @@ Public API of `Store` (records are frozen dataclasses from `workbench.store.reco
 
   Windows (keyed by (corpus, window_id); window_id = position in the corpus's deterministic window sequence)
   add_windows(corpus, window_ids, tokens_BT, mask_BT, texts, token_strings, sources, offsets) -> int  (new rows)
-  get_windows(corpus, window_ids) -> list[Window];  window_ids(corpus) -> ndarray;  window_texts(corpus, ids) -> list[str]
+  get_windows(corpus, window_ids) -> list[Window];  window_tokens(corpus, ids) -> {id: (token_strings, mask)}
+  window_ids(corpus) -> ndarray;  window_texts(corpus, ids) -> list[str]
 
   Activations / indexing (written by workbench.indexing)
   start_index(sae_id, corpus, context_size, top_k, config) -> IndexProgress;  index_progress(sae_id) -> IndexProgress | None

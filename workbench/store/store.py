@@ -24,6 +24,7 @@ from workbench.store.errors import (
     StoreReadOnlyError,
     UnknownSAEError,
 )
+from workbench.store.feature_rows import ROWS_CAP, FeatureRows
 from workbench.store.migrations import LATEST_VERSION, MIGRATIONS, statements
 from workbench.store.records import (
     EvalRecord,
@@ -46,8 +47,8 @@ log = logging.getLogger(__name__)
 DEFAULT_QUANTILE_LEVELS: tuple[float, ...] = (0.1, 0.25, 0.5, 0.75, 0.9, 0.99)
 DEFAULT_HIST_BINS = 32
 ACTIVATION_COLUMNS = ("feature", "window_id", "position", "value")
-# Session cache size: a few features' window maxima plus index progress / SAE records / window ids.
-_SESSION_CACHE_ENTRIES = 16
+# Session cache size: a few features' rows and window maxima plus index progress / SAE records / window ids.
+_SESSION_CACHE_ENTRIES = 32
 _ACTIVATION_SCHEMA = pa.schema(
     [("feature", pa.int32()), ("window_id", pa.int64()), ("position", pa.int16()), ("value", pa.float32())]
 )
@@ -346,6 +347,27 @@ class Store:
             raise StoreError(f"windows {missing[:10]} of corpus {corpus!r} are not in the store.")
         return [by_id[i] for i in ids]
 
+    def window_tokens(
+        self, corpus: str, window_ids: Sequence[int] | np.ndarray
+    ) -> dict[int, tuple[list[str], np.ndarray]]:
+        """(token display strings, (T,) bool mask) of windows by id — what records need, without the rest of a
+        Window (missing ids raise StoreError)."""
+        ids = [int(i) for i in window_ids]
+        with self.session() as conn:
+            where, params = _in_ids("window_id", ids)
+            cols = conn.execute(
+                f"SELECT window_id, token_strings, mask FROM windows WHERE corpus = ? AND {where}",
+                [corpus, *params],
+            ).fetchnumpy()
+        out = {
+            int(w): (list(strings), np.asarray(mask, dtype=bool))
+            for w, strings, mask in zip(cols["window_id"], cols["token_strings"], cols["mask"], strict=True)
+        }
+        missing = [i for i in ids if i not in out]
+        if missing:
+            raise StoreError(f"windows {missing[:10]} of corpus {corpus!r} are not in the store.")
+        return out
+
     def window_ids(self, corpus: str) -> np.ndarray:
         """All stored window ids of `corpus`, ascending, int64."""
         with self.session() as conn:
@@ -493,6 +515,10 @@ class Store:
         out = np.zeros((len(ids), progress.context_size), dtype=np.float32)
         if len(ids) == 0:
             return out
+        if getattr(self._local, "conn", None) is not None:
+            rows = self._session_rows(sae_id, feature)
+            if rows is not None:
+                return rows.dense(ids, progress.context_size)
         where, params = _in_ids("window_id", ids.tolist())
         with self.session() as conn:
             cols = _numpy(
@@ -500,23 +526,44 @@ class Store:
                 f"SELECT window_id, position, value FROM activations WHERE sae_id = ? AND feature = ? AND {where}",
                 [sae_id, int(feature), *params],
             )
-        if len(cols["window_id"]):
-            rows = _row_index(ids, cols["window_id"].astype(np.int64))
-            out[rows, cols["position"].astype(np.int64)] = cols["value"]
-        return out
+        # Through FeatureRows so that a window id asked twice gets its activations twice.
+        return FeatureRows.from_columns(cols["window_id"], cols["position"], cols["value"]).dense(
+            ids, progress.context_size
+        )
 
     def window_maxima(self, sae_id: str, feature: int) -> WindowMaxima:
-        """Per-window max activation of one feature over every window where it is active (ascending window id)."""
+        """Per-window max activation of one feature over every window where it is active (ascending window id;
+        a window's position is its earliest token at the maximum)."""
         maxima = self._cached(("maxima", sae_id, int(feature)), lambda: self._read_maxima(sae_id, feature))
         return WindowMaxima(maxima.window_ids.copy(), maxima.values.copy(), maxima.positions.copy())
 
-    def _read_maxima(self, sae_id: str, feature: int) -> WindowMaxima:
-        """window_maxima without the session cache."""
-        self._indexed(sae_id)
+    def _session_rows(self, sae_id: str, feature: int) -> FeatureRows | None:
+        """The feature's rows, read once per session (None for features denser than feature_rows.ROWS_CAP)."""
+        return self._cached(("rows", sae_id, int(feature)), lambda: self._read_rows(sae_id, feature))
+
+    def _read_rows(self, sae_id: str, feature: int) -> FeatureRows | None:
+        """Every activation row of a feature, or None when it has more than ROWS_CAP (one plain scan)."""
         with self.session() as conn:
             cols = _numpy(
                 conn,
-                "SELECT window_id, max(value) AS m, arg_max(position, value) AS p FROM activations "
+                "SELECT window_id, position, value FROM activations WHERE sae_id = ? AND feature = ? LIMIT ?",
+                [sae_id, int(feature), ROWS_CAP + 1],
+            )
+        if len(cols["window_id"]) > ROWS_CAP:
+            return None
+        return FeatureRows.from_columns(cols["window_id"], cols["position"], cols["value"])
+
+    def _read_maxima(self, sae_id: str, feature: int) -> WindowMaxima:
+        """window_maxima without the session cache: from the feature's rows, or aggregated by DuckDB when dense."""
+        self._indexed(sae_id)
+        in_session = getattr(self._local, "conn", None) is not None
+        rows = self._session_rows(sae_id, feature) if in_session else self._read_rows(sae_id, feature)
+        if rows is not None:
+            return rows.maxima()
+        with self.session() as conn:
+            cols = _numpy(
+                conn,
+                "SELECT window_id, max(value) AS m, arg_max(position, (value, -position)) AS p FROM activations "
                 "WHERE sae_id = ? AND feature = ? GROUP BY window_id ORDER BY window_id",
                 [sae_id, int(feature)],
             )
@@ -566,7 +613,7 @@ class Store:
         self._indexed(sae_id)
         with self.session() as conn:
             rows = conn.execute(
-                "SELECT window_id, max(value) AS m, arg_max(position, value) FROM activations "
+                "SELECT window_id, max(value) AS m, arg_max(position, (value, -position)) FROM activations "
                 "WHERE sae_id = ? AND feature = ? GROUP BY window_id ORDER BY m DESC, window_id LIMIT ?",
                 [sae_id, int(feature), int(k)],
             ).fetchall()
