@@ -163,11 +163,15 @@ def _key(x: float) -> float:
 
 
 async def _score(node: TreeNode, splits: TreeSplits, simulator: Simulator, global_max: float) -> None:
-    """Score a node on train and valid and attach the worst-record feedback."""
+    """Score a node on train and valid and attach the worst-record feedback.
+
+    Each rule is simulated once over the train and valid records together and the predictions are split again:
+    the simulator predicts every record from its tokens alone (it never sees activations), so the scores are those
+    of two separate simulations, at half the calls (and one copy of the prompt's instructions instead of two).
+    """
     train, valid = splits.train.records, splits.valid.records
-    pred_train, pred_valid = await asyncio.gather(
-        simulate_rules(simulator, node.rules, train), simulate_rules(simulator, node.rules, valid)
-    )
+    pred = await simulate_rules(simulator, node.rules, (*train, *valid))
+    pred_train, pred_valid = pred[: len(train)], pred[len(train) :]
     node.train_score = score_records(pred_train, train)
     node.valid_score = score_records(pred_valid, valid)
     worst = worst_record_index(pred_train, train)

@@ -140,3 +140,32 @@ def test_memo_simulator_simulates_each_rule_and_records_once():
     assert sorted(inner.calls) == ['"cat"', '"cat"', '"dog"'] and memo.name == "lexical"
     assert a[0].tolist() == [0, 2, 0, 0, 0, 4] and b[0].tolist() == [0, 5, 0, 0, 0, 0]
     assert c[0].tolist() == [0, 2]
+
+
+def test_tree_scores_each_split_as_if_simulated_alone_with_one_call_per_rule():
+    from explainers.simulate import score_records
+    from explainers.tree import LexicalEditor, TreeConfig, interleave_splits, tree_search
+
+    rng = np.random.default_rng(0)
+    words = "the cat sat on a mat by dog".split()
+
+    def sentence(i: int, hot: bool) -> Record:
+        toks = tuple(rng.choice(words, 8))
+        acts = np.array([3.0 if hot and t in ("cat", "dog") else 0.0 for t in toks], np.float32)
+        return Record(i, toks, acts)
+
+    pos = [sentence(i, True) for i in range(12)]
+    neg = [sentence(100 + i, False) for i in range(12)]
+    splits = interleave_splits(pos, neg)
+    cfg = TreeConfig(roots=3, branching=2, width=2, depth=2, stop_score=1.1)
+    inner = CountingLexical()
+    result = asyncio.run(tree_search(LexicalEditor(cfg, seed=1), inner, splits, cfg, 3.0))
+    rules = {r.activates_on for n in result.nodes for r in n.rules}
+    # One simulation per distinct rule text over the train and valid records together.
+    assert sorted(inner.calls) == sorted(rules)
+    lexical = LexicalSimulator()
+    for node in result.nodes:
+        for split, score in ((splits.train, node.train_score), (splits.valid, node.valid_score)):
+            alone = asyncio.run(simulate_rules(lexical, node.rules, split.records))
+            expected = score_records(alone, split.records)
+            assert (math.isnan(score) and math.isnan(expected)) or score == pytest.approx(expected, abs=1e-12)
