@@ -211,9 +211,10 @@ class _Lease:
 
     @contextlib.contextmanager
     def paused(self) -> Iterator[None]:
-        """Leave the store file free during long work that needs no store (PRISM's embedding). A pause of at
-        least YIELD_S is the yield itself: the lease restarts its clock and `renew` has no reason to sleep."""
-        if self._stack is None:
+        """Leave the store file free during long work that needs no store (PRISM's embedding) when another process
+        waits for it (otherwise keep it: releasing and reopening cost ~10 ms). A pause of at least YIELD_S is the
+        yield itself: the lease restarts its clock and `renew` has no reason to sleep."""
+        if self._stack is None or not someone_waiting(self.store.path):
             yield
             return
         since = self._since

@@ -181,15 +181,24 @@ def test_explain_lease_pause_frees_the_file_and_a_long_pause_counts_as_the_yield
     import time
 
     from explainers.job import _Lease
-    from workbench.store.connection import YIELD_S
+    from workbench.store.connection import YIELD_S, announce_waiting, waiting_marker
 
     code = "import sys, duckdb; duckdb.connect(sys.argv[1]).close(); print('ok')"
+    waiting_marker(store.path).unlink(missing_ok=True)
     lease = _Lease(store, seconds=10.0)
     lease.acquire()
     try:
         held = subprocess.run([sys.executable, "-c", code, str(store.path)], capture_output=True, text=True)
         assert held.returncode != 0 and "lock" in held.stderr.lower()
         started = lease._since
+        with lease.paused():  # nobody waits: the lease keeps the file
+            inside = subprocess.run(
+                [sys.executable, "-c", code, str(store.path)], capture_output=True, text=True
+            )
+        assert inside.returncode != 0 and "lock" in inside.stderr.lower()
+        announce_waiting(
+            store.path
+        )  # (a raw duckdb.connect does not announce itself; the Store's retry loop does)
         with lease.paused():  # a short pause: the lease keeps its age
             pass
         assert lease._since == started
@@ -317,7 +326,10 @@ def _random_store(tmp_path: Path, seed: int = 0) -> tuple[Store, int]:
     order = rng.permutation(len(f))  # stored in no particular order
     table = pa.table({"feature": f[order].astype(np.int32), "window_id": w[order].astype(np.int64),
                       "position": p[order].astype(np.int16), "value": dense[f, w, p][order].astype(np.float32)})  # fmt: skip
-    s.add_index_batch("sae", "c", _windows(list(range(n_windows)), t), table, n_windows, int(dense.size))
+    windows = _windows(list(range(n_windows)), t)
+    lengths = rng.integers(2, t + 1, n_windows)  # padded windows: token counts differ per window
+    windows["mask_BT"] = np.arange(t)[None, :] < lengths[:, None]
+    s.add_index_batch("sae", "c", windows, table, n_windows, int(dense.size))
     s.finalize_index("sae")
     return s, n_features
 
@@ -333,7 +345,13 @@ def test_feature_rows_answer_like_the_aggregate_queries(tmp_path: Path, monkeypa
         from_rows = [
             (s.window_maxima("sae", f), s.window_activations("sae", f, asked)) for f in range(n_features)
         ]
+        scores_rows = [s.window_text_scores("sae", f) for f in range(n_features)]
     outside = [(s.window_maxima("sae", f), s.window_activations("sae", f, asked)) for f in range(n_features)]
+    scores_sql = [s.window_text_scores("sae", f) for f in range(n_features)]  # one SQL aggregate + join each
+    for (ids_r, sc_r), (ids_q, sc_q) in zip(scores_rows, scores_sql, strict=True):
+        assert len(ids_r) > 0
+        np.testing.assert_array_equal(ids_r, ids_q)
+        np.testing.assert_allclose(sc_r, sc_q, rtol=1e-6)
     monkeypatch.setattr(store_module, "ROWS_CAP", 0)  # every feature "dense": DuckDB aggregates
     aggregated = [s.window_maxima("sae", f) for f in range(n_features)]
     with s.session() as conn:

@@ -72,3 +72,19 @@ class FeatureRows:
         src = np.arange(total) - np.repeat(np.cumsum(counts) - counts, counts) + np.repeat(lo, counts)
         out[row, self.positions[src]] = self.values[src]
         return out
+
+    def text_scores(self, all_ids: np.ndarray, n_tokens: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(window ids with rows, ascending; activation summed over positions > 0 / the window's token count) —
+        PRISM's text score, given every window's id (ascending) and token count without BOS and padding."""
+        wid = self.window_ids
+        if len(wid) == 0:
+            return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
+        starts = np.flatnonzero(np.r_[True, wid[1:] != wid[:-1]])
+        group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(wid)]))
+        total = np.bincount(group, np.where(self.positions > 0, self.values, 0.0), len(starts))
+        ids = wid[starts]
+        at = np.searchsorted(all_ids, ids)
+        known = at < len(all_ids)
+        known[known] = all_ids[at[known]] == ids[known]
+        ids, total, n = ids[known], total[known], n_tokens[at[known]].astype(np.float64)
+        return ids.copy(), np.divide(total, n, out=np.zeros_like(n), where=n > 0)

@@ -578,6 +578,11 @@ class Store:
         each window's tokens and divided by their number, BOS and padding excluded (PRISM's text score, computed
         without loading the windows' tokens)."""
         progress = self._indexed(sae_id)
+        if getattr(self._local, "conn", None) is not None:
+            rows = self._session_rows(sae_id, feature)
+            if rows is not None:
+                ids, n = self._cached(("token_counts", sae_id), lambda: self._read_token_counts(progress))
+                return rows.text_scores(ids, n)
         with self.session() as conn:
             cols = _numpy(
                 conn,
@@ -590,6 +595,17 @@ class Store:
         n = cols["n"].astype(np.float64)
         scores = np.divide(cols["total"].astype(np.float64), n, out=np.zeros_like(n), where=n > 0)
         return cols["window_id"].astype(np.int64), scores
+
+    def _read_token_counts(self, progress: IndexProgress) -> tuple[np.ndarray, np.ndarray]:
+        """(window ids ascending, tokens per window without BOS and padding) over the indexed windows."""
+        with self.session() as conn:
+            cols = _numpy(
+                conn,
+                "SELECT window_id, len(list_filter(mask[2:], lambda x: x)) AS n FROM windows "
+                "WHERE corpus = ? AND window_id < ? ORDER BY window_id",
+                [progress.corpus, progress.next_window],
+            )
+        return cols["window_id"].astype(np.int64), cols["n"].astype(np.float64)
 
     def indexed_window_ids(self, sae_id: str) -> np.ndarray:
         """Ids of the windows `sae_id` was indexed over (ascending)."""
