@@ -1,6 +1,6 @@
 """Explain-job throughput and overhead per explainer against the scripted local OpenAI-compatible server.
 
-    .venv/bin/python -m bench.explain_bench --features 32 --tree-features 2
+    .venv/bin/python -m bench.explain_bench --features 32 --tree-features 32
 
 Builds the planted store of the tests (real corpus windows, SmolLM2 tokenizer), replicates its live features into
 many, and runs each explainer at concurrency 1 and 32 against tests/fake_llm.py answering instantly. The server runs
@@ -9,16 +9,19 @@ compete with the job for the GIL and their HTTP parsing counts as ours). Overhea
 time the server spent inside requests) / features: it contains sampling, record loading, prompt building, parsing,
 simulation bookkeeping, storing and the HTTP client — everything but the LLM. PRISM also embeds its sampled texts
 with MiniLM (part of the method, spec step 4): that model compute (`embed_texts`, tokenisation included) is timed
-separately, and a column gives the overhead without it. The last column estimates what the bare `openai` client
-itself costs (its start, once per job, plus its per-call time besides the server's, both measured against the same
-server in the same run, times the row's calls): HTTP client work that no explainer code can remove. Baseline for the ratio column: the lexical explainer
-(no LLM) at concurrency 1 in the same run.
+separately, and a column gives the overhead without it. "Bare openai client" estimates what the `openai` client
+itself costs in the row: its start (once per job) plus its per-call time besides the server's, measured right after
+the row against the same server with requests of the row's mean size, one call at a time, times the row's calls —
+HTTP client work that no explainer code can remove. The last column is what is left: issue 5's "sampling + prompt
+building + parsing + storing". Baseline for the ratio column: the lexical explainer (no LLM) at concurrency 1 in the
+same run. Rows with fewer features than the concurrency have fewer in flight: keep --tree-features ≥ 32.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import multiprocessing as mp
 import os
 import tempfile
@@ -81,14 +84,19 @@ class TimedEmbed:
             self.seconds += time.perf_counter() - t0
 
 
+def _busy(reqs: Sequence[Any]) -> tuple[int, float, int]:
+    """(requests served, seconds the server spent inside them, request body bytes) of a FakeLLM's requests."""
+    body_bytes = sum(len(json.dumps(r.body)) for r in reqs)
+    return len(reqs), sum(r.finished - r.started for r in reqs), body_bytes
+
+
 def _serve(conn: Connection) -> None:
-    """Child process: the scripted server; answers "busy" with (requests served, seconds inside requests)."""
+    """Child process: the scripted server; answers "busy" with `_busy` of everything it served."""
     with FakeLLM(responder=smart) as server:
         conn.send(server.base_url)
         while (msg := conn.recv()) != "stop":
             assert msg == "busy"
-            reqs = server.requests
-            conn.send((len(reqs), sum(r.finished - r.started for r in reqs)))
+            conn.send(_busy(server.requests))
 
 
 class Server:
@@ -107,11 +115,10 @@ class Server:
             self.proc.start()
             self.base_url = self.conn.recv()
 
-    def busy(self) -> tuple[int, float]:
-        """(requests served so far, seconds the server spent inside them)."""
+    def busy(self) -> tuple[int, float, int]:
+        """(requests served so far, seconds the server spent inside them, their request body bytes)."""
         if self.thread is not None:
-            reqs = self.thread.requests
-            return len(reqs), sum(r.finished - r.started for r in reqs)
+            return _busy(self.thread.requests)
         self.conn.send("busy")
         return self.conn.recv()
 
@@ -125,23 +132,25 @@ class Server:
 
 
 def run(store: Store, explainer: ExplainConfig, features: list[int], llm: LLMConfig | None, conc: int,
-        server: Server | None, embed: TimedEmbed | None = None) -> dict[str, float]:  # fmt: skip
-    """One job; returns wall seconds, server-busy seconds, embedding seconds, calls and tokens."""
-    _, busy0 = server.busy() if server else (0, 0.0)
+        server: Server | None, embed: TimedEmbed | None = None) -> dict[str, Any]:  # fmt: skip
+    """One job; returns wall seconds, server-busy seconds, embedding seconds, calls, tokens and request bytes."""
+    n0, busy0, bytes0 = server.busy() if server else (0, 0.0, 0)
     embed0 = embed.seconds if embed else 0.0
     t0 = time.perf_counter()
     job = ExplainJob(store, PLANTED_SAE, explainer, llm, concurrency=conc, progress=False, use_cache=False,
                      embed=embed)  # fmt: skip
     summary = job.run(features)
     wall = time.perf_counter() - t0
-    _, busy1 = server.busy() if server else (0, 0.0)
+    n1, busy1, bytes1 = server.busy() if server else (0, 0.0, 0)
     n = len(features)
     return {"wall": wall, "busy": busy1 - busy0, "embed": (embed.seconds if embed else 0.0) - embed0, "n": n,
-            "calls": summary.usage.calls, "tokens": summary.usage.total_tokens, "fpm": 60 * n / wall}  # fmt: skip
+            "calls": summary.usage.calls, "tokens": summary.usage.total_tokens, "fpm": 60 * n / wall,
+            "body_bytes": (bytes1 - bytes0) / max(n1 - n0, 1)}  # fmt: skip
 
 
-async def _bare_client(base_url: str, n: int) -> tuple[float, float]:
-    """(seconds to start an openai client, seconds per call) of the bare `openai` client, one call at a time."""
+async def _bare_client(base_url: str, n: int, body_bytes: float = 0.0) -> tuple[float, float]:
+    """(seconds to start an openai client, seconds per call) of the bare `openai` client, one call at a time, with
+    request bodies of about `body_bytes` (the explainer's mean, so that serialising them costs the same)."""
     import openai
 
     from explainers.llm import _tls_context
@@ -155,7 +164,16 @@ async def _bare_client(base_url: str, n: int) -> tuple[float, float]:
         http_client=openai.DefaultAsyncHttpxClient(verify=_tls_context()),
     )
     start = time.perf_counter() - t0
-    body = {"model": "fake", "messages": [{"role": "user", "content": "Reply in one sentence."}]}
+    content = "Reply in one sentence."
+    body = {
+        "model": "fake",
+        "messages": [{"role": "user", "content": content}],
+        "temperature": 0.0,
+        "max_tokens": 512,
+    }
+    pad = int(body_bytes) - len(json.dumps(body))
+    if pad > 0:
+        body["messages"][0]["content"] = content + " x" * (pad // 2)
     # The call LLMClient makes: the client's POST with the raw body (see explainers/llm.py).
     await client.post("/chat/completions", body=body, cast_to=str)
     t0 = time.perf_counter()
@@ -166,33 +184,40 @@ async def _bare_client(base_url: str, n: int) -> tuple[float, float]:
     return start, per_call
 
 
-def http_client_cost(server: Server, n: int = 50) -> tuple[float, float]:
-    """Best of three (client start s, s per call minus the server's time) of the bare openai client."""
+def http_client_cost(server: Server, n: int = 50, body_bytes: float = 0.0) -> tuple[float, float]:
+    """Best of three (client start s, s per call minus the server's time) of the bare openai client, with request
+    bodies of about `body_bytes`."""
     best = (float("inf"), float("inf"))
     for _ in range(3):
-        _, busy0 = server.busy()
-        start, per_call = asyncio.run(_bare_client(server.base_url, n))
-        _, busy1 = server.busy()
+        _, busy0, _ = server.busy()
+        start, per_call = asyncio.run(_bare_client(server.base_url, n, body_bytes))
+        _, busy1, _ = server.busy()
         per_call -= (busy1 - busy0) / (n + 1)
         best = (min(best[0], start), min(best[1], per_call))
     return best
 
 
-def table(rows: Sequence[tuple[str, int, dict[str, float]]], client: tuple[float, float]) -> str:
-    """The markdown table of the rows (ratios against lexical at concurrency 1); `client` = http_client_cost."""
+def table(rows: Sequence[tuple[str, int, dict[str, Any]]]) -> str:
+    """The markdown table of the rows (ratios against lexical at concurrency 1). An LLM row's "client" entry is
+    http_client_cost at its mean request size."""
     base = next(r for name, c, r in rows if name == "lexical" and c == 1)
     base_ms = 1000 * (base["wall"] - base["busy"]) / base["n"]
     out = ["| explainer | conc | features | features/min | LLM calls/feature | tokens/feature | "
+           "LLM calls per 1k features | tokens per 1k features | "
            "overhead ms/feature (wall − server) | ratio vs lexical c1 | embedding model ms/feature | "
-           "overhead without embedding ms/feature | of which bare openai client ≈ ms/feature |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+           "overhead without embedding ms/feature | of which bare openai client ≈ ms/feature | "
+           "ours without embedding model and openai client ms/feature |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, conc, r in rows:
         n = r["n"]
         over = 1000 * (r["wall"] - r["busy"]) / n
         emb = 1000 * r["embed"] / n
+        client = r.get("client", (0.0, 0.0))
         http = 1000 * (client[0] / n + client[1] * r["calls"] / n) if r["calls"] else 0.0
         out.append(f"| {name} | {conc} | {n} | {r['fpm']:.0f} | {r['calls'] / n:.1f} | {r['tokens'] / n:.0f} | "
-                   f"{over:.1f} | {over / base_ms:.2f} | {emb:.1f} | {over - emb:.1f} | {http:.1f} |")  # fmt: skip
+                   f"{1000 * r['calls'] / n:,.0f} | {1000 * r['tokens'] / n:,.0f} | "
+                   f"{over:.1f} | {over / base_ms:.2f} | {emb:.1f} | {over - emb:.1f} | {http:.1f} | "
+                   f"{over - emb - http:.1f} |")  # fmt: skip
     return "\n".join(out)
 
 
@@ -200,7 +225,8 @@ def main() -> None:
     """Build the store, run every explainer at concurrency 1 and 32, print a table."""
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--features", type=int, default=48)
-    ap.add_argument("--tree-features", type=int, default=6)
+    ap.add_argument("--tree-features", type=int, default=32,
+                    help="features of the tree and PRISM rows (≥ 32 keeps 32 in flight in the concurrency-32 rows)")  # fmt: skip
     ap.add_argument("--server", choices=("process", "thread"), default="process",
                     help="where the scripted LLM server runs (default: a child process)")  # fmt: skip
     args = ap.parse_args()
@@ -214,7 +240,7 @@ def main() -> None:
         return [next(pool) for _ in range(n)]
 
     rows = []
-    client = (0.0, 0.0)
+    calibrations: list[tuple[str, int, float, tuple[float, float]]] = []
     server = Server(args.server)
     embed = TimedEmbed()
     try:
@@ -231,17 +257,22 @@ def main() -> None:
         # Warm-up (imports, MiniLM load, first connections) outside the timed rows.
         run(store, ExplainConfig("lexical"), take(2), None, 1, None)
         run(store, prism, take(1), llm, 1, server, embed)
-        client = http_client_cost(server)
+        http_client_cost(server, n=10)  # warm-up
         for name, cfg, cfg_llm, n in plans:
             for conc in (1, 32):
                 r = run(store, cfg, take(n), cfg_llm, conc, server if cfg_llm else None, embed)
+                if cfg_llm is not None:
+                    r["client"] = http_client_cost(server, body_bytes=r["body_bytes"])
+                    calibrations.append((name, conc, r["body_bytes"], r["client"]))
                 rows.append((name, conc, r))
     finally:
         server.stop()
     print(f"server: {args.server}; 1-min load average {load0:.2f} at start, {os.getloadavg()[0]:.2f} at end")
-    print(f"bare openai client (same server, 1 call at a time, best of 3): {1000 * client[0]:.1f} ms to start one "
-          f"(once per job), {1000 * client[1]:.2f} ms per call besides the server's time")  # fmt: skip
-    print(table(rows, client))
+    for name, conc, body_bytes, (start, per_call) in calibrations:
+        print(f"bare openai client for {name} c{conc} (same server, requests of its mean {body_bytes:,.0f} bytes, "
+              f"1 call at a time, best of 3): {1000 * start:.1f} ms to start one (once per job), "
+              f"{1000 * per_call:.2f} ms per call besides the server's time")  # fmt: skip
+    print(table(rows))
 
 
 if __name__ == "__main__":
