@@ -51,6 +51,7 @@ class MemoSimulator:
         self.inner = inner
         self.name = inner.name
         self._memo: dict[tuple[str, tuple[tuple[str, ...], ...]], asyncio.Future[list[np.ndarray]]] = {}
+        self._flat: dict[tuple[str, tuple[tuple[str, ...], ...]], np.ndarray] = {}
 
     async def simulate(self, explanation: str, records: Sequence[Record]) -> list[np.ndarray]:
         """The inner simulator's predictions, computed once per (explanation, record tokens)."""
@@ -61,6 +62,14 @@ class MemoSimulator:
             self._memo[key] = hit
         # No shield: every caller belongs to the same search, so a cancelled caller means a cancelled search.
         return await hit
+
+    async def simulate_flat(self, explanation: str, records: Sequence[Record]) -> np.ndarray:
+        """`simulate`'s predictions concatenated over the records (float64), also computed once."""
+        key = (explanation, tuple(r.tokens for r in records))
+        flat = self._flat.get(key)
+        if flat is None:
+            flat = self._flat[key] = _concat(await self.simulate(explanation, records))
+        return flat
 
 
 def pooled_correlation(pred: Sequence[np.ndarray], true: Sequence[np.ndarray]) -> float:
@@ -77,10 +86,10 @@ def pooled_correlation(pred: Sequence[np.ndarray], true: Sequence[np.ndarray]) -
     t = np.concatenate([np.asarray(x, dtype=np.float64).ravel() for x in true])
     if p.shape != t.shape:
         raise ValueError(f"{p.size} predicted tokens but {t.size} true tokens")
-    return _pooled_flat(p, t)
+    return pooled_flat(p, t)
 
 
-def _pooled_flat(p: np.ndarray, t: np.ndarray) -> float:
+def pooled_flat(p: np.ndarray, t: np.ndarray) -> float:
     """pooled_correlation of already concatenated float64 predictions and true activations."""
     if t.size == 0 or t.var() < MIN_TRUE_VARIANCE:
         return math.nan
@@ -103,6 +112,33 @@ async def simulate_rules(
     return out
 
 
+async def simulate_rules_flat(
+    simulator: Simulator, rules: Sequence[Rule], records: Sequence[Record]
+) -> np.ndarray:
+    """`simulate_rules` concatenated over the records: one array operation per rule instead of one per record."""
+    flat = getattr(simulator, "simulate_flat", None)
+    if flat is not None:
+        per_rule = await asyncio.gather(*(flat(rule.activates_on, records) for rule in rules))
+    else:
+        per_rule = [
+            _concat(p)
+            for p in await asyncio.gather(*(simulator.simulate(r.activates_on, records) for r in rules))
+        ]
+    out = np.zeros(sum(len(r) for r in records), dtype=np.float64)
+    for rule, pred in zip(rules, per_rule, strict=True):
+        if pred.shape != out.shape:
+            raise ValueError(f"{pred.size} predicted tokens but {out.size} tokens in the records")
+        np.maximum(out, pred * (rule.strength / MAX_LEVEL), out=out)
+    return out
+
+
+def _concat(arrays: Sequence[np.ndarray]) -> np.ndarray:
+    """Arrays flattened and joined as one float64 array."""
+    if not arrays:
+        return np.zeros(0, dtype=np.float64)
+    return np.concatenate([np.asarray(x, dtype=np.float64).ravel() for x in arrays])
+
+
 def score_records(pred: Sequence[np.ndarray], records: Sequence[Record]) -> float:
     """Pooled correlation of predictions against the records' true activations."""
     return pooled_correlation(pred, [r.acts for r in records])
@@ -121,15 +157,19 @@ def worst_record_index(pred: Sequence[np.ndarray], records: Sequence[Record]) ->
     t = np.concatenate([np.asarray(r.acts, dtype=np.float64).ravel() for r in records])
     if p.shape != t.shape:
         raise ValueError(f"{p.size} predicted tokens but {t.size} true tokens")
-    sizes = np.asarray([np.asarray(x).size for x in pred], dtype=np.int64)
-    base = _pooled_flat(p, t)
+    return worst_index_flat(p, t, np.asarray([np.asarray(x).size for x in pred], dtype=np.int64))
+
+
+def worst_index_flat(p: np.ndarray, t: np.ndarray, sizes: np.ndarray) -> int:
+    """`worst_record_index` of concatenated float64 predictions and true activations, `sizes` tokens per record."""
+    base = pooled_flat(p, t)
     loo = _leave_one_out_correlations(p, t, sizes)
     gains = np.where(np.isnan(loo), -np.inf, loo - (0.0 if math.isnan(base) else base))
     return int(np.argmax(gains)) if np.isfinite(gains).any() else 0
 
 
 def _leave_one_out_correlations(p: np.ndarray, t: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Per record, the pooled correlation of all other records (the rules of `_pooled_flat`), from per-record sums
+    """Per record, the pooled correlation of all other records (the rules of `pooled_flat`), from per-record sums
     of deviations from the overall means: one pass instead of one concatenation per record."""
     n_rec = sizes.size
     seg = np.repeat(np.arange(n_rec), sizes)

@@ -30,10 +30,10 @@ from explainers.simulate import (
     MemoSimulator,
     Simulator,
     TokenFeedback,
-    score_records,
-    simulate_rules,
+    pooled_flat,
+    simulate_rules_flat,
     token_feedback,
-    worst_record_index,
+    worst_index_flat,
 )
 
 log = logging.getLogger(__name__)
@@ -162,20 +162,50 @@ def _key(x: float) -> float:
     return -math.inf if math.isnan(x) else x
 
 
-async def _score(node: TreeNode, splits: TreeSplits, simulator: Simulator, global_max: float) -> None:
+@dataclass(frozen=True)
+class _Truth:
+    """A search's train + valid records and their true activations, concatenated once per search."""
+
+    records: tuple[Record, ...]
+    """Train records, then valid records (what every rule is simulated on)."""
+    n_train: int
+    """Train tokens (the split point of a concatenated prediction)."""
+    t_train: np.ndarray
+    """(n_train,) float64 true activations of the train records."""
+    t_valid: np.ndarray
+    """Float64 true activations of the valid records."""
+    sizes: np.ndarray
+    """Tokens per train record."""
+
+    @classmethod
+    def of(cls, splits: TreeSplits) -> _Truth:
+        """Concatenate the splits' records."""
+        train, valid = splits.train.records, splits.valid.records
+        t_train = np.concatenate([r.acts for r in train]).astype(np.float64) if train else np.zeros(0)
+        t_valid = np.concatenate([r.acts for r in valid]).astype(np.float64) if valid else np.zeros(0)
+        sizes = np.asarray([len(r) for r in train], dtype=np.int64)
+        return cls((*train, *valid), int(sizes.sum()), t_train, t_valid, sizes)
+
+
+async def _score(
+    node: TreeNode, splits: TreeSplits, truth: _Truth, simulator: Simulator, global_max: float
+) -> None:
     """Score a node on train and valid and attach the worst-record feedback.
 
     Each rule is simulated once over the train and valid records together and the predictions are split again:
     the simulator predicts every record from its tokens alone (it never sees activations), so the scores are those
     of two separate simulations, at half the calls (and one copy of the prompt's instructions instead of two).
     """
-    train, valid = splits.train.records, splits.valid.records
-    pred = await simulate_rules(simulator, node.rules, (*train, *valid))
-    pred_train, pred_valid = pred[: len(train)], pred[len(train) :]
-    node.train_score = score_records(pred_train, train)
-    node.valid_score = score_records(pred_valid, valid)
-    worst = worst_record_index(pred_train, train)
-    node.feedback = token_feedback(pred_train[worst], train[worst], global_max)
+    pred = await simulate_rules_flat(simulator, node.rules, truth.records)
+    p_train, p_valid = pred[: truth.n_train], pred[truth.n_train :]
+    node.train_score = pooled_flat(p_train, truth.t_train)
+    node.valid_score = pooled_flat(p_valid, truth.t_valid)
+    train = splits.train.records
+    if not train:
+        raise ValueError("no records")
+    worst = worst_index_flat(p_train, truth.t_train, truth.sizes)
+    start = int(truth.sizes[:worst].sum())
+    node.feedback = token_feedback(p_train[start : start + len(train[worst])], train[worst], global_max)
     node.worst_window = train[worst].window_id
 
 
@@ -185,13 +215,14 @@ async def tree_search(
     """Run the tree search and return the best-validation node and the whole tree."""
     # Nodes share rules with their parents and siblings: simulate each (rule, split) once per search.
     simulator = MemoSimulator(simulator)
+    truth = _Truth.of(splits)
     nodes: list[TreeNode] = []
     root_rules = await proposer.roots(splits.train, config.roots, global_max)
     if not root_rules:
         raise ValueError("the proposer returned no root explanation")
     frontier = [TreeNode(len(nodes) + i, None, 0, r, "") for i, r in enumerate(root_rules)]
     nodes.extend(frontier)
-    await asyncio.gather(*(_score(n, splits, simulator, global_max) for n in frontier))
+    await asyncio.gather(*(_score(n, splits, truth, simulator, global_max) for n in frontier))
     stopped = False
     for level in range(1, config.depth + 1):
         if max(_key(n.train_score) for n in frontier) >= config.stop_score:
@@ -207,7 +238,7 @@ async def tree_search(
         if not children:
             break
         nodes.extend(children)
-        await asyncio.gather(*(_score(n, splits, simulator, global_max) for n in children))
+        await asyncio.gather(*(_score(n, splits, truth, simulator, global_max) for n in children))
         # Prune: keep the top `width` children by train score (ties: creation order).
         frontier = sorted(children, key=lambda n: (-_key(n.train_score), n.id))[: config.width]
     best = max(nodes, key=lambda n: (_key(n.valid_score), -n.id))

@@ -169,3 +169,20 @@ def test_tree_scores_each_split_as_if_simulated_alone_with_one_call_per_rule():
             alone = asyncio.run(simulate_rules(lexical, node.rules, split.records))
             expected = score_records(alone, split.records)
             assert (math.isnan(score) and math.isnan(expected)) or score == pytest.approx(expected, abs=1e-12)
+        # The feedback is the worst train record's, as computed from the train split alone.
+        alone = asyncio.run(simulate_rules(lexical, node.rules, splits.train.records))
+        worst = worst_record_index(alone, splits.train.records)
+        assert node.worst_window == splits.train.records[worst].window_id
+        assert node.feedback == token_feedback(alone[worst], splits.train.records[worst], 3.0)
+
+
+def test_flat_rule_simulation_equals_the_per_record_one():
+    from explainers.simulate import MemoSimulator, simulate_rules_flat
+
+    recs = [rec(0, "the cat sat on the dog", [0, 1, 0, 0, 0, 1]), rec(1, "a dog", [0, 1])]
+    rules = [Rule('"cat"', 2), Rule('"dog"', 4), Rule('"on"', 1)]
+    per_record = asyncio.run(simulate_rules(LexicalSimulator(), rules, recs))
+    for sim in (LexicalSimulator(), MemoSimulator(LexicalSimulator())):
+        flat = asyncio.run(simulate_rules_flat(sim, rules, recs))
+        np.testing.assert_array_equal(flat, np.concatenate(per_record))
+    assert asyncio.run(simulate_rules_flat(LexicalSimulator(), [], recs)).tolist() == [0.0] * 8
