@@ -103,6 +103,11 @@ def as_int_list(
 ) -> list[int]:
     """Check that a parsed value is an array of integers, optionally of a given length and within [lo, hi]."""
     items = as_list(value, length=length)
+    # Fast path for well-formed answers (`type(...) is int` excludes bool); the loop below names the bad item.
+    if all(type(x) is int for x in items) and (
+        not items or ((lo is None or min(items) >= lo) and (hi is None or max(items) <= hi))
+    ):
+        return list(items)
     out: list[int] = []
     for i, item in enumerate(items):
         # bool is an int subclass in Python but not an integer answer.

@@ -29,7 +29,7 @@ import openai
 from tqdm.auto import tqdm
 
 from explainers.jsonparse import JSONValue, parse_json_strict
-from explainers.llm_cache import ResponseCache, cache_key
+from explainers.llm_cache import ResponseCache, cache_key, messages_sha256
 from explainers.llm_config import LLMConfig, LLMNotConfiguredError, read_api_key
 from explainers.llm_usage import Usage, UsageLedger
 from workbench.errors import WorkbenchError
@@ -338,8 +338,11 @@ class LLMClient:
             await asyncio.sleep(delay)
             retries += 1
 
-    def _resolve(self, request: LLMRequest) -> tuple[list[dict[str, str]], float, int, str]:
-        """(messages, temperature, max_tokens, cache key) of a request, config defaults filled in."""
+    def _resolve(
+        self, request: LLMRequest, digest: str | None = None
+    ) -> tuple[list[dict[str, str]], float, int, str]:
+        """(messages, temperature, max_tokens, cache key) of a request, config defaults filled in (`digest`: the
+        messages' sha256 when already known)."""
         cfg = self.config
         temperature = cfg.temperature if request.temperature is None else request.temperature
         max_tokens = cfg.max_tokens if request.max_tokens is None else request.max_tokens
@@ -348,6 +351,7 @@ class LLMClient:
             cfg.model,
             messages,
             {"temperature": temperature, "max_tokens": max_tokens, "sample": request.sample},
+            digest,
         )
         return messages, temperature, max_tokens, key
 
@@ -475,8 +479,9 @@ class LLMClient:
         base = requests[0]
         if any(replace(r, sample=base.sample) != base for r in requests[1:]):
             return {}
-        messages, temperature, max_tokens, _ = self._resolve(base)
-        keys = [self._resolve(r)[3] for r in requests]
+        digest = messages_sha256(base.messages)  # the samples differ only in `sample`: hash the prompt once
+        messages, temperature, max_tokens, _ = self._resolve(base, digest)
+        keys = [self._resolve(r, digest)[3] for r in requests]
         out: dict[int, LLMResponse] = {}
         for i, key in enumerate(keys):
             if (hit := self._cached(key, base.tag)) is not None:

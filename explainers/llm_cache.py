@@ -52,13 +52,16 @@ def messages_sha256(messages: Sequence[Mapping[str, str]]) -> str:
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()
 
 
-def cache_key(model: str, messages: Sequence[Mapping[str, str]], params: Mapping[str, Any]) -> str:
-    """The cache key of one call: a hash of the model, the messages' sha256 and the sampling params."""
+def cache_key(
+    model: str, messages: Sequence[Mapping[str, str]], params: Mapping[str, Any], digest: str | None = None
+) -> str:
+    """The cache key of one call: a hash of the model, the messages' sha256 and the sampling params (`digest`:
+    messages_sha256(messages) when already computed, e.g. for several samples of one prompt)."""
     blob = json.dumps(
         {
             "v": CACHE_KEY_VERSION,
             "model": model,
-            "messages": messages_sha256(messages),
+            "messages": digest if digest is not None else messages_sha256(messages),
             "params": dict(params),
         },
         sort_keys=True,

@@ -7,6 +7,7 @@ shown to an LLM are discretised as floor(5·x / global max) clipped to 0..5 (the
 from __future__ import annotations
 
 import functools
+import json
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -84,6 +85,11 @@ class Record:
     def __len__(self) -> int:
         """Number of tokens."""
         return len(self.tokens)
+
+    @functools.cached_property
+    def tokens_json(self) -> str:
+        """The tokens as a JSON array (non-ASCII kept), as simulation prompts show them (built once per record)."""
+        return json.dumps(list(self.tokens), ensure_ascii=False)
 
     @functools.cached_property
     def key_codes(self) -> np.ndarray:

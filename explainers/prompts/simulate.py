@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Sequence
 
 from explainers.jsonparse import as_int_list, as_list, as_object, parse_json_strict
@@ -19,10 +18,7 @@ SYSTEM = (
 
 def simulate_prompt(explanation: str, records: Sequence[Record]) -> tuple[str, str]:
     """(system, user) asking for per-token predictions for every record."""
-    texts = "\n".join(
-        f"Text {i + 1} ({len(r)} tokens): {json.dumps(list(r.tokens), ensure_ascii=False)}"
-        for i, r in enumerate(records)
-    )
+    texts = "\n".join(f"Text {i + 1} ({len(r)} tokens): {r.tokens_json}" for i, r in enumerate(records))
     user = (
         f"Explanation: {explanation}\n\n{texts}\n\n"
         'Reply with JSON only: {"predictions": [[...], ...]} with one list per text, in order, holding one '
