@@ -41,6 +41,8 @@ from workbench.store.connection import YIELD_S, someone_waiting
 log = logging.getLogger(__name__)
 
 EXPLAINERS = ("lexical", "oneshot", "tree", "prism")
+KEEPER_POLL_S = 0.05
+"""How often the job checks, while features await the LLM, whether another process waits for the store."""
 LLM_ONLY = frozenset({"oneshot"})
 
 
@@ -176,9 +178,10 @@ class _Lease:
 
     Every store call of the job runs synchronously between awaits on the event-loop thread, so they all share the
     leased connection (Store.session is re-entrant per thread). Opening costs ~10–30 ms and releasing ~15 ms (a
-    checkpoint), so the lease is kept while nobody else wants the file: between features, `renew` releases it
-    for YIELD_S when another process has announced that it waits (connection.someone_waiting) and the lease is
-    at least `seconds` old — and, as a fallback for waiters that cannot announce themselves, every `max_seconds`.
+    checkpoint), so the lease is kept while nobody else wants the file: `renew` (after each feature, and from the
+    job's keeper task every KEEPER_POLL_S while features await the LLM) releases it for YIELD_S when another
+    process has announced that it waits (connection.someone_waiting) and the lease is at least `seconds` old — and,
+    as a fallback for waiters that cannot announce themselves, every `max_seconds`.
     """
 
     def __init__(self, store: Store, seconds: float, max_seconds: float = 10.0) -> None:
@@ -354,8 +357,18 @@ class ExplainJob:
                     flush()
                 self.lease.renew()
 
+        async def keeper() -> None:
+            # Store calls are synchronous, so none is in progress at an await: the lease can step aside here for a
+            # waiting process even while every feature in flight awaits a slow LLM (not only between features).
+            while True:
+                await asyncio.sleep(KEEPER_POLL_S)
+                if self.lease.due():
+                    flush()
+                    self.lease.renew()
+
         self.lease.acquire()
         tasks = [asyncio.ensure_future(one(f)) for f in todo]
+        keeping = asyncio.ensure_future(keeper())
         try:
             if tasks:
                 done, pending = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
@@ -372,6 +385,8 @@ class ExplainJob:
                         "features (in-flight features were not written); rerun the same command to resume."
                     ) from err
         finally:
+            keeping.cancel()
+            await asyncio.gather(keeping, return_exceptions=True)
             try:
                 flush()  # features finished before a stop are complete: keep them
             finally:

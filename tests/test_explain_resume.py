@@ -76,3 +76,36 @@ def test_cli_explicit_llm_explainer_without_endpoint_errors(store_path):
     proc = cli("--store", str(store_path), "--sae", PLANTED_SAE, "--explainer", "oneshot", env=env)
     _, err = proc.communicate(timeout=120)
     assert proc.returncode == 2 and "LLMNotConfiguredError" in err and len(err.strip().splitlines()) == 1
+
+
+def very_slow(body: dict) -> Reply:
+    user = body["messages"][-1]["content"]
+    if "JSON array of at most" in user:
+        return Reply('[{"activates_on": "\\"lord\\"", "strength": 5}]', delay_s=2.5)
+    return Reply("Fires on LORD.", delay_s=2.5)
+
+
+@pytest.mark.slow
+def test_a_reader_gets_in_while_the_job_awaits_a_slow_llm(store_path):
+    """The job holds the store between calls; a reading process (the app) announces that it waits and is let in
+    within a lease period even while every feature in flight awaits an LLM answer for seconds."""
+    with FakeLLM(responder=very_slow) as server:
+        args = ["--store", str(store_path), "--sae", PLANTED_SAE, "--explainer", "oneshot", "--features", "0,1",
+                "--llm-model", "fake", "--llm-base-url", server.base_url, "--concurrency", "2"]  # fmt: skip
+        proc = cli(*args)
+        reader = Store.open(store_path, read_only=True, busy_timeout_s=30)
+        waits = []
+        try:
+            while server.calls == 0 and proc.poll() is None:  # the job holds the lease from here on
+                time.sleep(0.05)
+            while server.calls < 4 and proc.poll() is None:
+                t = time.monotonic()
+                reader.explanations(PLANTED_SAE)
+                waits.append(time.monotonic() - t)
+                time.sleep(0.2)
+        finally:
+            out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        assert len(waits) >= 3, waits
+        assert max(waits) < 2.0, waits  # a feature takes ≥ 2.5 s: the reader never waited for one to finish
+    assert len(Store.open(store_path, read_only=True).explanations(PLANTED_SAE)) == 2
