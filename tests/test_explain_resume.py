@@ -106,6 +106,7 @@ def test_a_reader_gets_in_while_the_job_awaits_a_slow_llm(store_path):
         finally:
             out, err = proc.communicate(timeout=120)
         assert proc.returncode == 0, err
+        assert "2 explained" in out
         assert len(waits) >= 3, waits
         assert max(waits) < 2.0, waits  # a feature takes ≥ 2.5 s: the reader never waited for one to finish
     assert len(Store.open(store_path, read_only=True).explanations(PLANTED_SAE)) == 2
