@@ -203,7 +203,7 @@ def table(rows: Sequence[tuple[str, int, dict[str, Any]]]) -> str:
     base = next(r for name, c, r in rows if name == "lexical" and c == 1)
     base_ms = 1000 * (base["wall"] - base["busy"]) / base["n"]
     out = ["| explainer | conc | features | features/min | LLM calls/feature | tokens/feature | "
-           "LLM calls per 1k features | tokens per 1k features | "
+           "calls per 1k features (LLM) | tokens per 1k features | "
            "overhead ms/feature (wall − server) | ratio vs lexical c1 | embedding model ms/feature | "
            "overhead without embedding ms/feature | of which bare openai client ≈ ms/feature | "
            "ours without embedding model and openai client ms/feature |",
