@@ -20,7 +20,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -204,9 +204,12 @@ class _Lease:
         age = time.monotonic() - self._since
         return age >= self.max_seconds or (age >= self.seconds and someone_waiting(self.store.path))
 
-    def renew(self) -> None:
-        """Release, leave the file free for YIELD_S, and reacquire when `due`."""
+    def renew(self, before: Callable[[], None] | None = None) -> None:
+        """When `due`: run `before` (the job writes its finished features), release, leave the file free for
+        YIELD_S, and reacquire."""
         if self.due():
+            if before is not None:
+                before()
             self.release()
             # Long enough for a polling process (the app) to get in; see connection.YIELD_S.
             time.sleep(YIELD_S)
@@ -349,22 +352,16 @@ class ExplainJob:
                 finished.append(record)
                 dead += record.extra.get("status") == "dead"
                 bar.update(1)
-                if (
-                    len(finished) >= self.batch_size
-                    or time.monotonic() - last_flush >= self.flush_s
-                    or self.lease.due()
-                ):
+                if len(finished) >= self.batch_size or time.monotonic() - last_flush >= self.flush_s:
                     flush()
-                self.lease.renew()
+                self.lease.renew(before=flush)  # others see every finished feature once they get in
 
         async def keeper() -> None:
             # Store calls are synchronous, so none is in progress at an await: the lease can step aside here for a
             # waiting process even while every feature in flight awaits a slow LLM (not only between features).
             while True:
                 await asyncio.sleep(KEEPER_POLL_S)
-                if self.lease.due():
-                    flush()
-                    self.lease.renew()
+                self.lease.renew(before=flush)
 
         self.lease.acquire()
         tasks = [asyncio.ensure_future(one(f)) for f in todo]

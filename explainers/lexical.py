@@ -131,9 +131,7 @@ class LexicalStats:
         )
         self._acts = acts
         key = self._key = keys
-        prev = self._prev = _left_codes(
-            keys, self._starts[:-1]
-        )  # 0 where there is no left token in the record
+        prev = self._prev = _left_codes(keys, self._starts[:-1])  # 0 where a record has no left token
         active = acts > 0
         self._active = active
         self.total_mass = float(acts.sum())

@@ -480,8 +480,9 @@ class LLMClient:
         if any(replace(r, sample=base.sample) != base for r in requests[1:]):
             return {}
         digest = messages_sha256(base.messages)  # the samples differ only in `sample`: hash the prompt once
-        messages, temperature, max_tokens, _ = self._resolve(base, digest)
-        keys = [self._resolve(r, digest)[3] for r in requests]
+        resolved = [self._resolve(r, digest) for r in requests]
+        messages, temperature, max_tokens, _ = resolved[0]  # requests[0] is `base`
+        keys = [key for *_, key in resolved]
         out: dict[int, LLMResponse] = {}
         for i, key in enumerate(keys):
             if (hit := self._cached(key, base.tag)) is not None:

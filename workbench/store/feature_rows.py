@@ -8,6 +8,7 @@ makes the other cheaper. Features with more than `ROWS_CAP` rows stay on the agg
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass
 
 import numpy as np
@@ -41,16 +42,21 @@ class FeatureRows:
             wid, pos, val = wid[order], pos[order], val[order]
         return cls(wid, pos, val)
 
+    @functools.cached_property
+    def _windows(self) -> tuple[np.ndarray, np.ndarray]:
+        """(first row of each window, window number of each row) — the rows' grouping by window."""
+        wid = self.window_ids
+        starts = np.flatnonzero(np.r_[True, wid[1:] != wid[:-1]]) if len(wid) else np.zeros(0, dtype=np.int64)
+        return starts, np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(wid)]))
+
     def maxima(self) -> WindowMaxima:
         """Per-window maximum over windows with rows (ascending window id); ties take the earliest position."""
         wid = self.window_ids
         if len(wid) == 0:
             empty = np.zeros(0, dtype=np.int64)
             return WindowMaxima(empty, np.zeros(0, dtype=np.float32), empty.copy())
-        starts = np.flatnonzero(np.r_[True, wid[1:] != wid[:-1]])
+        starts, group = self._windows
         peak = np.maximum.reduceat(self.values, starts)
-        counts = np.diff(np.r_[starts, len(wid)])
-        group = np.repeat(np.arange(len(starts)), counts)
         at_peak = np.flatnonzero(self.values == peak[group])
         # Rows are sorted by position inside a window: the first row at the peak has the earliest position.
         _, first = np.unique(group[at_peak], return_index=True)
@@ -79,8 +85,7 @@ class FeatureRows:
         wid = self.window_ids
         if len(wid) == 0:
             return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.float64)
-        starts = np.flatnonzero(np.r_[True, wid[1:] != wid[:-1]])
-        group = np.repeat(np.arange(len(starts)), np.diff(np.r_[starts, len(wid)]))
+        starts, group = self._windows
         total = np.bincount(group, np.where(self.positions > 0, self.values, 0.0), len(starts))
         ids = wid[starts]
         at = np.searchsorted(all_ids, ids)

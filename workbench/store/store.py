@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Container, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -132,9 +132,13 @@ class Store:
             self._local.cache = {}
             close_connection(self.path, conn)
 
+    def _in_session(self) -> bool:
+        """Whether this thread holds a session (then its cache applies)."""
+        return getattr(self._local, "conn", None) is not None
+
     def _cached(self, key: tuple[Any, ...], compute: Callable[[], Any]) -> Any:
         """`compute()` once per session and key (no caching outside a session; writes invalidate)."""
-        if getattr(self._local, "conn", None) is None:
+        if not self._in_session():
             return compute()
         cache: dict[tuple[Any, ...], Any] = self._local.cache
         generation = HUB.generation(self.path)
@@ -342,9 +346,7 @@ class Store:
             )
             for r in rows
         }
-        missing = [i for i in ids if i not in by_id]
-        if missing:
-            raise StoreError(f"windows {missing[:10]} of corpus {corpus!r} are not in the store.")
+        _require_windows(corpus, ids, by_id)
         return [by_id[i] for i in ids]
 
     def window_tokens(
@@ -363,9 +365,7 @@ class Store:
             int(w): (list(strings), np.asarray(mask, dtype=bool))
             for w, strings, mask in zip(cols["window_id"], cols["token_strings"], cols["mask"], strict=True)
         }
-        missing = [i for i in ids if i not in out]
-        if missing:
-            raise StoreError(f"windows {missing[:10]} of corpus {corpus!r} are not in the store.")
+        _require_windows(corpus, ids, out)
         return out
 
     def window_ids(self, corpus: str) -> np.ndarray:
@@ -512,10 +512,9 @@ class Store:
         """Dense (len(window_ids), T) float32 activations of one feature on the given windows (0 where not stored)."""
         progress = self._indexed(sae_id)
         ids = np.asarray(window_ids, dtype=np.int64)
-        out = np.zeros((len(ids), progress.context_size), dtype=np.float32)
         if len(ids) == 0:
-            return out
-        if getattr(self._local, "conn", None) is not None:
+            return np.zeros((0, progress.context_size), dtype=np.float32)
+        if self._in_session():
             rows = self._session_rows(sae_id, feature)
             if rows is not None:
                 return rows.dense(ids, progress.context_size)
@@ -556,8 +555,7 @@ class Store:
     def _read_maxima(self, sae_id: str, feature: int) -> WindowMaxima:
         """window_maxima without the session cache: from the feature's rows, or aggregated by DuckDB when dense."""
         self._indexed(sae_id)
-        in_session = getattr(self._local, "conn", None) is not None
-        rows = self._session_rows(sae_id, feature) if in_session else self._read_rows(sae_id, feature)
+        rows = self._session_rows(sae_id, feature) if self._in_session() else self._read_rows(sae_id, feature)
         if rows is not None:
             return rows.maxima()
         with self.session() as conn:
@@ -578,7 +576,7 @@ class Store:
         each window's tokens and divided by their number, BOS and padding excluded (PRISM's text score, computed
         without loading the windows' tokens)."""
         progress = self._indexed(sae_id)
-        if getattr(self._local, "conn", None) is not None:
+        if self._in_session():
             rows = self._session_rows(sae_id, feature)
             if rows is not None:
                 ids, n = self._cached(("token_counts", sae_id), lambda: self._read_token_counts(progress))
@@ -1005,9 +1003,7 @@ class Store:
 
     def has_explanation(self, config_key: str) -> bool:
         """Whether an explanation with this config key is stored (lets stages skip done work)."""
-        with self.session() as conn:
-            row = _first(conn.execute("SELECT count(*) FROM explanations WHERE config_key = ?", [config_key]))
-        return bool(row and row[0])
+        return config_key in self.stored_explanation_keys([config_key])
 
     def stored_explanation_keys(self, config_keys: Sequence[str]) -> set[str]:
         """The subset of `config_keys` already stored (one query: how a job finds what to skip on resume)."""
@@ -1244,6 +1240,13 @@ def _numpy(conn: duckdb.DuckDBPyConnection, sql: str, params: list[Any]) -> dict
 # Up to this many ids are inlined as an IN list (DuckDB pushes it into the scan as a filter and skips row groups by
 # their min/max); longer lists go through one list parameter.
 _INLINE_IDS = 4096
+
+
+def _require_windows(corpus: str, ids: Sequence[int], found: Container[int]) -> None:
+    """StoreError naming the ids among `ids` that a window query did not find."""
+    missing = [i for i in ids if i not in found]
+    if missing:
+        raise StoreError(f"windows {missing[:10]} of corpus {corpus!r} are not in the store.")
 
 
 def _in_ids(column: str, ids: Sequence[int]) -> tuple[str, list[Any]]:
