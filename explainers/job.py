@@ -10,17 +10,21 @@ work, and a rerun skips everything stored (no duplicates, no losses). Features w
 dead (`extra["status"] == "dead"`, empty text), not explained. An LLM error that retries cannot fix (wrong key,
 endpoint down) cancels the features in flight — none of them is written, while features already finished are — and
 stops the job with one error; rerun the same command to resume.
+
+The store work runs on one thread beside the event loop (explainers/lease.py): each feature's inputs are read there
+up to READ_AHEAD features ahead, and finished batches are written there in order, so at concurrency 1 the next
+feature's DuckDB queries overlap this feature's LLM calls and Python instead of following them.
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
+from concurrent.futures import Future
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -28,6 +32,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from explainers.inputs import load_records
+from explainers.lease import StoreLease, StoreWorker
 from explainers.lexical import LEXICAL_VERSION, LexicalConfig, LexicalSimulator, lexical_explain
 from explainers.llm_config import LLMConfig
 from explainers.llm_usage import Usage, UsageLedger
@@ -36,13 +41,14 @@ from explainers.rules import DEFAULT_RULE_CAP, rules_to_text
 from explainers.tree import TREE_VERSION, TreeConfig
 from workbench.errors import WorkbenchError
 from workbench.store import ExplanationRecord, Store
-from workbench.store.connection import YIELD_S, someone_waiting
 
 log = logging.getLogger(__name__)
 
 EXPLAINERS = ("lexical", "oneshot", "tree", "prism")
 KEEPER_POLL_S = 0.05
 """How often the job checks, while features await the LLM, whether another process waits for the store."""
+READ_AHEAD = 2
+"""Features whose store inputs are read ahead of those in flight (on the store thread, beside the event loop)."""
 LLM_ONLY = frozenset({"oneshot"})
 
 
@@ -154,6 +160,18 @@ class FeatureOutput:
 
 
 @dataclass(frozen=True)
+class _Inputs:
+    """What one feature's explainer read from the store."""
+
+    peak: float
+    """The feature's largest activation (0 for a dead feature)."""
+    data: dict[str, Any]
+    """Explainer-specific: window ids and their records."""
+    seconds: float
+    """Time the reads took."""
+
+
+@dataclass(frozen=True)
 class JobSummary:
     """What a job did."""
 
@@ -171,74 +189,6 @@ class JobSummary:
     """LLM usage of the job (zeros offline)."""
     ids: dict[int, int] = field(default_factory=dict)
     """Explanation id per feature stored by this run."""
-
-
-class _Lease:
-    """Holds one store connection across features, stepping aside when another process waits for the file.
-
-    Every store call of the job runs synchronously between awaits on the event-loop thread, so they all share the
-    leased connection (Store.session is re-entrant per thread). Opening costs ~10–30 ms and releasing ~15 ms (a
-    checkpoint), so the lease is kept while nobody else wants the file: `renew` (after each feature, and from the
-    job's keeper task every KEEPER_POLL_S while features await the LLM) releases it for YIELD_S when another
-    process has announced that it waits (connection.someone_waiting) and the lease is at least `seconds` old — and,
-    as a fallback for waiters that cannot announce themselves, every `max_seconds`.
-    """
-
-    def __init__(self, store: Store, seconds: float, max_seconds: float = 10.0) -> None:
-        """Lease nothing yet."""
-        self.store, self.seconds, self.max_seconds = store, seconds, max(seconds, max_seconds)
-        self._stack: contextlib.ExitStack | None = None
-        self._since = 0.0
-
-    def acquire(self) -> None:
-        """Open the leased session if none is held."""
-        if self._stack is None:
-            self._stack = contextlib.ExitStack()
-            self._stack.enter_context(self.store.session())
-            self._since = time.monotonic()
-
-    def due(self) -> bool:
-        """Whether the next `renew` will release the connection (another process gets its turn)."""
-        if self._stack is None:
-            return False
-        age = time.monotonic() - self._since
-        return age >= self.max_seconds or (age >= self.seconds and someone_waiting(self.store.path))
-
-    def renew(self, before: Callable[[], None] | None = None) -> None:
-        """When `due`: run `before` (the job writes its finished features), release, leave the file free for
-        YIELD_S, and reacquire."""
-        if self.due():
-            if before is not None:
-                before()
-            self.release()
-            # Long enough for a polling process (the app) to get in; see connection.YIELD_S.
-            time.sleep(YIELD_S)
-            self.acquire()
-
-    @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
-        """Leave the store file free during long work that needs no store (PRISM's embedding) when another process
-        waits for it (otherwise keep it: releasing and reopening cost ~10 ms). A pause of at least YIELD_S is the
-        yield itself: the lease restarts its clock and `renew` has no reason to sleep."""
-        if self._stack is None or not someone_waiting(self.store.path):
-            yield
-            return
-        since = self._since
-        self.release()
-        t0 = time.monotonic()
-        try:
-            yield
-        finally:
-            free = time.monotonic() - t0
-            self.acquire()
-            if free < YIELD_S:
-                self._since = since
-
-    def release(self) -> None:
-        """Close the leased session."""
-        if self._stack is not None:
-            self._stack.close()
-            self._stack = None
 
 
 class ExplainJob:
@@ -279,7 +229,7 @@ class ExplainJob:
         self.progress = progress
         self.env = env
         self.embed = embed
-        self.lease = _Lease(store, lease_s)
+        self.lease = StoreLease(store, lease_s)
         self.use_cache = use_cache
         self.batch_size = max(1, batch_size)
         self.flush_s = flush_s
@@ -332,23 +282,42 @@ class ExplainJob:
         sem = asyncio.Semaphore(self.concurrency)
         bar = tqdm(total=len(todo), desc=f"explain ({self.config.explainer})", disable=not self.progress)
 
-        finished: list[ExplanationRecord] = []  # done, not yet written
+        finished: list[ExplanationRecord] = []  # done, not yet handed to the store thread
+        writes: list[tuple[int, Future[None]]] = []  # (features, write) handed over, not yet checked
         last_flush = time.monotonic()
+        worker = StoreWorker(self.store)
+        self.lease.workers.append(worker)
+
+        def write(batch: list[ExplanationRecord]) -> None:
+            # store thread; one transaction (one commit) per batch
+            stored = self.store.add_explanations(batch)
+            ids.update({r.feature: i for r, i in zip(batch, stored, strict=True)})
+
+        def settle(wait: bool) -> None:
+            """Raise the first failed write (and wait for those in flight if `wait`)."""
+            while writes and (wait or writes[0][1].done()):
+                writes.pop(0)[1].result()
 
         def flush() -> None:
             nonlocal last_flush
             if cache is not None:  # the answers first: a stored explanation's LLM calls are always cached
                 cache.flush()
-            if finished:
-                stored = self.store.add_explanations(finished)  # one transaction (one commit) per batch
-                ids.update({r.feature: i for r, i in zip(finished, stored, strict=True)})
+            if (
+                finished
+            ):  # written on the store thread, in order; the lease waits for it before stepping aside
+                writes.append((len(finished), worker.submit(write, finished.copy())))
                 finished.clear()
             last_flush = time.monotonic()
+            settle(wait=False)
+
+        ahead = asyncio.Semaphore(self.concurrency + READ_AHEAD)
 
         async def one(feature: int) -> None:
             nonlocal dead
-            async with sem:
-                record = await self._feature(feature, client)
+            async with ahead:  # held until the feature is done: reads run at most READ_AHEAD features ahead
+                inputs = await worker.read(self._load, feature)
+                async with sem:
+                    record = await self._feature(feature, inputs, client)
                 finished.append(record)
                 dead += record.extra.get("status") == "dead"
                 bar.update(1)
@@ -376,9 +345,10 @@ class ExplainJob:
                     await asyncio.gather(*pending, return_exceptions=True)
                     err = failed[0].exception()
                     assert err is not None
+                    flush()  # features finished before the stop are complete: keep them
+                    settle(wait=True)
                     raise ExplainJobError(
-                        f"{type(err).__name__}: {err}. The job stopped after storing {len(ids) + len(finished)} of "
-                        f"{len(todo)} "
+                        f"{type(err).__name__}: {err}. The job stopped after storing {len(ids)} of {len(todo)} "
                         "features (in-flight features were not written); rerun the same command to resume."
                     ) from err
         finally:
@@ -386,8 +356,11 @@ class ExplainJob:
             await asyncio.gather(keeping, return_exceptions=True)
             try:
                 flush()  # features finished before a stop are complete: keep them
+                settle(wait=True)
             finally:
                 self.lease.release()
+                worker.shutdown()
+                self.lease.workers.remove(worker)
                 bar.close()
             if client is not None:
                 await client.aclose()
@@ -396,32 +369,40 @@ class ExplainJob:
 
     # ------------------------------------------------------------------ one feature
 
-    async def _feature(self, feature: int, client: Any) -> ExplanationRecord:
-        """Explain one feature (or record it as dead) and build its store record."""
+    def _load(self, feature: int) -> _Inputs:
+        """Everything one feature's explainer reads from the store (runs on the store thread, ahead of time)."""
+        t0 = time.perf_counter()
+        # Every explainer reads the feature's window maxima (its samplers do; cached for the store thread's session): the
+        # peak and the top windows come from there instead of a separate top-k query.
+        maxima = self.store.window_maxima(self.sae_id, feature)
+        peak = float(maxima.values.max()) if len(maxima.values) else 0.0
+        data: dict[str, Any] = {}
+        if peak > 0:
+            load = {"lexical": self._load_lexical, "oneshot": self._load_oneshot, "tree": self._load_tree,
+                    "prism": self._load_prism}[self.config.explainer]  # fmt: skip
+            data = load(feature, maxima)
+        return _Inputs(peak, data, time.perf_counter() - t0)
+
+    async def _feature(self, feature: int, inputs: _Inputs, client: Any) -> ExplanationRecord:
+        """Explain one feature from its inputs (or record it as dead) and build its store record."""
         t0 = time.perf_counter()
         tag = f"feature:{feature}"
         cfg = self.config
         version, prompt_version = versions(cfg.explainer, client is not None)
-        # Every explainer reads the feature's window maxima (its samplers do; cached for the leased session): the
-        # peak and the top windows come from there instead of a separate top-k query.
-        maxima = self.store.window_maxima(self.sae_id, feature)
-        peak = float(maxima.values.max()) if len(maxima.values) else 0.0
-        top: list[Any] = [] if cfg.explainer in ("tree", "prism") else maxima.top(max(cfg.n_examples, 1))
-        if peak <= 0:
+        if inputs.peak <= 0:
             out = FeatureOutput(
                 "", None, [], [], {"status": "dead", "reason": "no activations in the indexed corpus"}
             )
         else:
-            global_max = peak
             run = {
                 "lexical": self._lexical,
                 "oneshot": self._oneshot,
                 "tree": self._tree,
                 "prism": self._prism,
             }
-            out = await run[cfg.explainer](feature, top, global_max, client, tag)
+            out = await run[cfg.explainer](feature, inputs.data, inputs.peak, client, tag)
             out.extra.setdefault("status", "explained")
-            out.extra["global_max"] = global_max
+            out.extra["global_max"] = inputs.peak
         usage = self.ledger.for_tag(tag)
         llm_params = self.llm.params() if self.llm is not None else {}
         if self.llm is not None:
@@ -432,47 +413,54 @@ class ExplainJob:
             llm_params=llm_params, sampling=cfg.sampling(), example_ids=out.example_ids,
             negative_ids=out.negative_ids, text=out.text, config_key=self.key(feature), rules=out.rules,
             extra={**out.extra, "usage": usage.to_dict()}, tokens_in=usage.prompt_tokens,
-            tokens_out=usage.completion_tokens, seconds=time.perf_counter() - t0,
+            tokens_out=usage.completion_tokens, seconds=inputs.seconds + time.perf_counter() - t0,
         )  # fmt: skip
 
     def _records(self, feature: int, ids: list[int], record_len: int | None) -> list[Any]:
         """Records of `feature` on window ids."""
         return load_records(self.store, self.sae_id, self.corpus, feature, ids, record_len)
 
-    async def _lexical(
-        self, feature: int, top: list[Any], gmax: float, client: Any, tag: str
-    ) -> FeatureOutput:
-        """Lexical rules from the top windows contrasted with random non-activating windows."""
+    def _load_lexical(self, feature: int, maxima: Any) -> dict[str, Any]:
+        """The top windows plus a per-quantile sample (so weaker triggers are counted too), and random
+        non-activating windows as background."""
         cfg = self.config
-        # Top windows plus a per-quantile sample, so weaker triggers are counted too.
         quant = self.store.quantile_examples(self.sae_id, feature, 10, 3, seed=cfg.seed)
+        top = maxima.top(max(cfg.n_examples, 1))
         pos = list(dict.fromkeys([e.window_id for e in top] + [e.window_id for e in quant]))
         bg = self.store.random_negatives(self.sae_id, feature, cfg.n_background, seed=cfg.seed)
-        out = lexical_explain(
-            self._records(feature, pos + bg, None), LexicalConfig(rule_cap=cfg.rule_cap), gmax
-        )
+        return {"pos": pos, "bg": bg, "records": self._records(feature, pos + bg, None)}
+
+    async def _lexical(
+        self, feature: int, data: dict[str, Any], gmax: float, client: Any, tag: str
+    ) -> FeatureOutput:
+        """Lexical rules from the top windows contrasted with random non-activating windows."""
+        out = lexical_explain(data["records"], LexicalConfig(rule_cap=self.config.rule_cap), gmax)
         rules = [r.to_dict() for r in out.rules]
-        return FeatureOutput(out.text, rules, pos, bg, {"coverage": out.coverage, "method": "lexical"})
+        return FeatureOutput(
+            out.text, rules, data["pos"], data["bg"], {"coverage": out.coverage, "method": "lexical"}
+        )
+
+    def _load_oneshot(self, feature: int, maxima: Any) -> dict[str, Any]:
+        """The top windows' records."""
+        pos = [e.window_id for e in maxima.top(max(self.config.n_examples, 1))]
+        return {"pos": pos, "records": self._records(feature, pos, self.config.record_len)}
 
     async def _oneshot(
-        self, feature: int, top: list[Any], gmax: float, client: Any, tag: str
+        self, feature: int, data: dict[str, Any], gmax: float, client: Any, tag: str
     ) -> FeatureOutput:
         """Structured + free-text LLM explanations of the top examples."""
         from explainers.oneshot import explain_oneshot
 
-        pos = [e.window_id for e in top]
-        records = self._records(feature, pos, self.config.record_len)
-        out = await explain_oneshot(client, records, gmax, self.config.rule_cap, tag=tag)
-        return FeatureOutput(out.text, [r.to_dict() for r in out.rules], pos, [], {})
+        out = await explain_oneshot(client, data["records"], gmax, self.config.rule_cap, tag=tag)
+        return FeatureOutput(out.text, [r.to_dict() for r in out.rules], data["pos"], [], {})
 
-    def _tree_ids(self, feature: int) -> tuple[list[int], list[int]]:
+    def _tree_ids(self, feature: int, maxima: Any) -> tuple[list[int], list[int]]:
         """Positives sampled from the top chunk and negatives from the configured source."""
         from explainers.sampling import close_negatives
         from explainers.tree import top_chunk_size
 
         cfg = self.config
         rng = np.random.default_rng([cfg.seed, feature])
-        maxima = self.store.window_maxima(self.sae_id, feature)
         order = maxima.by_peak()
         chunk = maxima.window_ids[order[: top_chunk_size(self.n_windows)]]
         chunk = chunk[maxima.values[order[: len(chunk)]] > 0]
@@ -493,16 +481,23 @@ class ExplainJob:
             )
         return [int(i) for i in pos], [int(i) for i in neg]
 
-    async def _tree(self, feature: int, top: list[Any], gmax: float, client: Any, tag: str) -> FeatureOutput:
+    def _load_tree(self, feature: int, maxima: Any) -> dict[str, Any]:
+        """Sampled positives and negatives, and their records."""
+        pos_ids, neg_ids = self._tree_ids(feature, maxima)
+        # One store read for both (RANDOM / SIMILAR negatives may repeat a positive: load each window once).
+        uniq = list(dict.fromkeys(pos_ids + neg_ids))
+        by_id = {r.window_id: r for r in self._records(feature, uniq, self.config.record_len)}
+        return {"pos_ids": pos_ids, "neg_ids": neg_ids, "by_id": by_id}
+
+    async def _tree(
+        self, feature: int, data: dict[str, Any], gmax: float, client: Any, tag: str
+    ) -> FeatureOutput:
         """Tree search: LLM proposer + LLM simulator, or offline the lexical editor + lexical simulator."""
         from explainers.simulate import LLMSimulator
         from explainers.tree import LexicalEditor, LLMProposer, interleave_splits, tree_search
 
         cfg = self.config
-        pos_ids, neg_ids = self._tree_ids(feature)
-        # One store read for both (RANDOM / SIMILAR negatives may repeat a positive: load each window once).
-        uniq = list(dict.fromkeys(pos_ids + neg_ids))
-        by_id = {r.window_id: r for r in self._records(feature, uniq, cfg.record_len)}
+        pos_ids, neg_ids, by_id = data["pos_ids"], data["neg_ids"], data["by_id"]
         pos, neg = [by_id[i] for i in pos_ids], [by_id[i] for i in neg_ids]
         splits = interleave_splits(pos, neg)
         tc = TreeConfig(**{**asdict(cfg.tree), "rule_cap": cfg.rule_cap})
@@ -528,18 +523,24 @@ class ExplainJob:
         }  # fmt: skip
         return FeatureOutput(text, [r.to_dict() for r in result.best.rules], pos_ids, neg_ids, extra)
 
-    async def _prism(self, feature: int, top: list[Any], gmax: float, client: Any, tag: str) -> FeatureOutput:
-        """PRISM over every activating window (the others score 0 and count toward the percentile)."""
-        from explainers.prism import llm_describe, prism_describe_selected, select_texts
-        from workbench.embeddings import DEFAULT_EMBEDDING_MODEL, embed_texts
+    def _load_prism(self, feature: int, maxima: Any) -> dict[str, Any]:
+        """The records of the texts PRISM describes: every activating window is scored from the store; the windows
+        that never fire score 0 and count toward the percentile. Only the selected texts are loaded."""
+        from explainers.prism import select_texts
 
         pc = self.config.prism
-        # Text scores of every activating window from the store; the windows that never fire score 0 and count
-        # toward the percentile. Only the selected texts are loaded.
         active, scores = self.store.window_text_scores(self.sae_id, feature)
         padded = np.concatenate([scores, np.zeros(max(0, self.n_windows - len(active)))])
         chosen = [int(i) for i in select_texts(padded, pc.percentile, pc.n_texts) if i < len(active)]
-        records = self._records(feature, [int(active[i]) for i in chosen], None)
+        return {"records": self._records(feature, [int(active[i]) for i in chosen], None)}
+
+    async def _prism(
+        self, feature: int, data: dict[str, Any], gmax: float, client: Any, tag: str
+    ) -> FeatureOutput:
+        """PRISM over the selected texts: embed, cluster, describe each cluster."""
+        from explainers.prism import llm_describe, prism_describe_selected
+        from workbench.embeddings import DEFAULT_EMBEDDING_MODEL, embed_texts
+
         describe = None if client is None else (lambda texts: llm_describe(client, texts, tag))
         inner = self.embed or embed_texts
 
@@ -548,7 +549,7 @@ class ExplainJob:
             with self.lease.paused():
                 return np.asarray(inner(texts))
 
-        clusters = await prism_describe_selected(records, embed, pc, describe)
+        clusters = await prism_describe_selected(data["records"], embed, self.config.prism, describe)
         text = "\n".join(f"{i + 1}. {c.description}" for i, c in enumerate(clusters))
         shown = sorted({w for c in clusters for w in c.window_ids})
         extra = {"clusters": [c.to_dict() for c in clusters], "embedding_model": DEFAULT_EMBEDDING_MODEL,

@@ -11,8 +11,7 @@ from __future__ import annotations
 import asyncio
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
 
@@ -91,12 +90,78 @@ def pooled_correlation(pred: Sequence[np.ndarray], true: Sequence[np.ndarray]) -
 
 def pooled_flat(p: np.ndarray, t: np.ndarray) -> float:
     """pooled_correlation of already concatenated float64 predictions and true activations."""
-    if t.size == 0 or t.var() < MIN_TRUE_VARIANCE:
-        return math.nan
-    if p.var() == 0.0:
-        return 0.0
-    pc, tc = p - p.mean(), t - t.mean()
-    return float((pc @ tc) / math.sqrt(float(pc @ pc) * float(tc @ tc)))
+    return PooledTruth(t, np.asarray([t.size], dtype=np.int64)).correlation(p)
+
+
+class PooledTruth:
+    """True activations of records, concatenated, with everything pooled correlations against them reuse.
+
+    A tree search scores dozens of predictions against the same records: the truth's centred values, its sum of
+    squares and its per-record sums for the leave-one-out scores are computed once here instead of per prediction.
+    """
+
+    def __init__(self, t: np.ndarray, sizes: np.ndarray) -> None:
+        """`t`: float64 true activations of the records, concatenated; `sizes`: tokens per record."""
+        self.t = np.asarray(t, dtype=np.float64)
+        self.sizes = np.asarray(sizes, dtype=np.int64)
+        n = self.t.size
+        self.tc = self.t - (np.add.reduce(self.t) / n if n else 0.0)
+        self.sst = float(np.add.reduce(self.tc * self.tc))
+        # Spec: NaN when the true variance is < 1e-10.
+        self.informative = n > 0 and self.sst / n >= MIN_TRUE_VARIANCE
+        self._loo: tuple[np.ndarray, ...] | None = None
+
+    def correlation(self, p: np.ndarray) -> float:
+        """Pooled Pearson correlation of predictions `p` with the truth: NaN when the truth is constant, 0.0 when
+        the predictions are (they carry no information)."""
+        if not self.informative:
+            return math.nan
+        pc = p - np.add.reduce(p) / p.size
+        ssp = float(pc @ pc)
+        if ssp == 0.0:
+            return 0.0
+        return float(pc @ self.tc) / math.sqrt(ssp * self.sst)
+
+    def worst(self, p: np.ndarray, base: float | None = None) -> int:
+        """`worst_record_index` of concatenated predictions (`base`: their `correlation`, if already known)."""
+        base = self.correlation(p) if base is None else base
+        loo = self._leave_one_out(p)
+        gains = np.where(np.isnan(loo), -np.inf, loo - (0.0 if math.isnan(base) else base))
+        return int(np.argmax(gains)) if np.isfinite(gains).any() else 0
+
+    def _truth_sums(self) -> tuple[np.ndarray, ...]:
+        """Segment ids, record starts, tokens outside each record, and the truth's leave-one-out sums."""
+        if self._loo is None:
+            sizes, n_rec = self.sizes, self.sizes.size
+            seg = np.repeat(np.arange(n_rec), sizes)
+            starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))
+            b = np.bincount(seg, self.tc, n_rec)
+            d = np.bincount(seg, self.tc * self.tc, n_rec)
+            m = (self.t.size - sizes).astype(np.float64)
+            with np.errstate(divide="ignore", invalid="ignore"):
+                sb = b.sum() - b
+                ss_t = np.maximum((d.sum() - d) - sb * sb / m, 0.0)
+            undefined = (m == 0) | ~(ss_t / np.where(m > 0, m, 1.0) >= MIN_TRUE_VARIANCE)
+            self._loo = (seg, starts, m, sb, ss_t, undefined)
+        return self._loo
+
+    def _leave_one_out(self, p: np.ndarray) -> np.ndarray:
+        """Per record, the pooled correlation of all other records (the rules of `correlation`), from per-record
+        sums of deviations from the overall means: one pass instead of one concatenation per record."""
+        seg, starts, m, sb, ss_t, undefined = self._truth_sums()
+        n_rec = self.sizes.size
+        dp = p - np.add.reduce(p) / p.size
+        a, c = np.bincount(seg, dp, n_rec), np.bincount(seg, dp * dp, n_rec)
+        e = np.bincount(seg, dp * self.tc, n_rec)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            sa = a.sum() - a
+            ss_p = np.maximum((c.sum() - c) - sa * sa / m, 0.0)
+            cov = (e.sum() - e) - sa * sb / m
+            corr = cov / np.sqrt(ss_p * ss_t)
+        out = np.clip(corr, -1.0, 1.0)
+        out[_rest_is_constant(p, self.sizes, starts)] = 0.0  # constant predictions carry no information
+        out[undefined] = math.nan
+        return out
 
 
 async def simulate_rules(
@@ -162,41 +227,20 @@ def worst_record_index(pred: Sequence[np.ndarray], records: Sequence[Record]) ->
 
 def worst_index_flat(p: np.ndarray, t: np.ndarray, sizes: np.ndarray) -> int:
     """`worst_record_index` of concatenated float64 predictions and true activations, `sizes` tokens per record."""
-    base = pooled_flat(p, t)
-    loo = _leave_one_out_correlations(p, t, sizes)
-    gains = np.where(np.isnan(loo), -np.inf, loo - (0.0 if math.isnan(base) else base))
-    return int(np.argmax(gains)) if np.isfinite(gains).any() else 0
+    return PooledTruth(t, sizes).worst(p)
 
 
-def _leave_one_out_correlations(p: np.ndarray, t: np.ndarray, sizes: np.ndarray) -> np.ndarray:
-    """Per record, the pooled correlation of all other records (the rules of `pooled_flat`), from per-record sums
-    of deviations from the overall means: one pass instead of one concatenation per record."""
-    n_rec = sizes.size
-    seg = np.repeat(np.arange(n_rec), sizes)
-    dp, dt = p - p.mean(), t - t.mean()
-    a, b = np.bincount(seg, dp, n_rec), np.bincount(seg, dt, n_rec)
-    c, d = np.bincount(seg, dp * dp, n_rec), np.bincount(seg, dt * dt, n_rec)
-    e = np.bincount(seg, dp * dt, n_rec)
-    m = (p.size - sizes).astype(np.float64)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        sa, sb = a.sum() - a, b.sum() - b
-        ss_t = np.maximum((d.sum() - d) - sb * sb / m, 0.0)
-        ss_p = np.maximum((c.sum() - c) - sa * sa / m, 0.0)
-        cov = (e.sum() - e) - sa * sb / m
-        corr = cov / np.sqrt(ss_p * ss_t)
-    out = np.clip(corr, -1.0, 1.0)
-    out[_rest_is_constant(p, sizes)] = 0.0  # constant predictions carry no information
-    out[(m == 0) | ~(ss_t / np.where(m > 0, m, 1.0) >= MIN_TRUE_VARIANCE)] = math.nan
-    return out
-
-
-def _rest_is_constant(p: np.ndarray, sizes: np.ndarray) -> np.ndarray:
+def _rest_is_constant(p: np.ndarray, sizes: np.ndarray, starts: np.ndarray) -> np.ndarray:
     """Per record, whether the predictions of all other records take a single value."""
     n_rec = sizes.size
     lo, hi = np.full(n_rec, np.inf), np.full(n_rec, -np.inf)
     nonempty = sizes > 0
-    starts = np.concatenate(([0], np.cumsum(sizes)[:-1]))[nonempty]
-    lo[nonempty], hi[nonempty] = np.minimum.reduceat(p, starts), np.maximum.reduceat(p, starts)
+    lo[nonempty], hi[nonempty] = (
+        np.minimum.reduceat(p, starts[nonempty]),
+        np.maximum.reduceat(p, starts[nonempty]),
+    )
+    if np.count_nonzero(hi > lo) >= 2:  # two records vary inside: whichever is left out, the other remains
+        return np.zeros(n_rec, dtype=bool)
     # min / max over the other records: prefix and suffix running extremes
     pre_lo = np.concatenate(([np.inf], np.minimum.accumulate(lo)[:-1]))
     suf_lo = np.concatenate((np.minimum.accumulate(lo[::-1])[::-1][1:], [np.inf]))
@@ -205,9 +249,8 @@ def _rest_is_constant(p: np.ndarray, sizes: np.ndarray) -> np.ndarray:
     return np.maximum(pre_hi, suf_hi) <= np.minimum(pre_lo, suf_lo)
 
 
-@dataclass(frozen=True)
-class TokenFeedback:
-    """One token of the feedback record."""
+class TokenFeedback(NamedTuple):
+    """One token of the feedback record (a named tuple: a feedback record is built per scored tree node)."""
 
     token: str
     """The token's display string."""
@@ -223,11 +266,13 @@ def token_feedback(pred: np.ndarray, record: Record, global_max: float) -> list[
     """Per-token (predicted, actual, verdict) with both on the 0..5 scale; 'ok' when they agree after rounding."""
     actual = discretise(record.acts, global_max)
     predicted = np.clip(np.rint(np.asarray(pred, dtype=np.float64)), 0, MAX_LEVEL).astype(np.int64)
-    out = []
-    for tok, p, a in zip(record.tokens, predicted, actual, strict=True):
-        verdict = "too high" if p > a else "too low" if p < a else "ok"
-        out.append(TokenFeedback(tok, int(p), int(a), verdict))
-    return out
+    verdicts = np.where(
+        predicted > actual, "too high", np.where(predicted < actual, "too low", "ok")
+    ).tolist()
+    return [
+        TokenFeedback(tok, p, a, v)
+        for tok, p, a, v in zip(record.tokens, predicted.tolist(), actual.tolist(), verdicts, strict=True)
+    ]
 
 
 class LLMSimulator:

@@ -28,12 +28,11 @@ from explainers.records import Record
 from explainers.rules import DEFAULT_RULE_CAP, Rule
 from explainers.simulate import (
     MemoSimulator,
+    PooledTruth,
     Simulator,
     TokenFeedback,
-    pooled_flat,
     simulate_rules_flat,
     token_feedback,
-    worst_index_flat,
 )
 
 log = logging.getLogger(__name__)
@@ -170,12 +169,10 @@ class _Truth:
     """Train records, then valid records (what every rule is simulated on)."""
     n_train: int
     """Train tokens (the split point of a concatenated prediction)."""
-    t_train: np.ndarray
-    """(n_train,) float64 true activations of the train records."""
-    t_valid: np.ndarray
-    """Float64 true activations of the valid records."""
-    sizes: np.ndarray
-    """Tokens per train record."""
+    train: PooledTruth
+    """True activations of the train records (scores and the worst record)."""
+    valid: PooledTruth
+    """True activations of the valid records."""
 
     @classmethod
     def of(cls, splits: TreeSplits) -> _Truth:
@@ -184,7 +181,12 @@ class _Truth:
         t_train = np.concatenate([r.acts for r in train]).astype(np.float64) if train else np.zeros(0)
         t_valid = np.concatenate([r.acts for r in valid]).astype(np.float64) if valid else np.zeros(0)
         sizes = np.asarray([len(r) for r in train], dtype=np.int64)
-        return cls((*train, *valid), int(sizes.sum()), t_train, t_valid, sizes)
+        return cls(
+            (*train, *valid),
+            int(sizes.sum()),
+            PooledTruth(t_train, sizes),
+            PooledTruth(t_valid, np.asarray([t_valid.size], dtype=np.int64)),
+        )
 
 
 async def _score(
@@ -198,13 +200,13 @@ async def _score(
     """
     pred = await simulate_rules_flat(simulator, node.rules, truth.records)
     p_train, p_valid = pred[: truth.n_train], pred[truth.n_train :]
-    node.train_score = pooled_flat(p_train, truth.t_train)
-    node.valid_score = pooled_flat(p_valid, truth.t_valid)
+    node.train_score = truth.train.correlation(p_train)
+    node.valid_score = truth.valid.correlation(p_valid)
     train = splits.train.records
     if not train:
         raise ValueError("no records")
-    worst = worst_index_flat(p_train, truth.t_train, truth.sizes)
-    start = int(truth.sizes[:worst].sum())
+    worst = truth.train.worst(p_train, node.train_score)
+    start = int(truth.train.sizes[:worst].sum())
     node.feedback = token_feedback(p_train[start : start + len(train[worst])], train[worst], global_max)
     node.worst_window = train[worst].window_id
 

@@ -180,12 +180,12 @@ def test_top_from_window_maxima_equals_the_top_examples_query(tmp_path: Path) ->
 def test_explain_lease_pause_frees_the_file_and_a_long_pause_counts_as_the_yield(store: Store) -> None:
     import time
 
-    from explainers.job import _Lease
+    from explainers.lease import StoreLease
     from workbench.store.connection import YIELD_S, announce_waiting, waiting_marker
 
     code = "import sys, duckdb; duckdb.connect(sys.argv[1]).close(); print('ok')"
     waiting_marker(store.path).unlink(missing_ok=True)
-    lease = _Lease(store, seconds=10.0)
+    lease = StoreLease(store, seconds=10.0)
     lease.acquire()
     try:
         held = subprocess.run([sys.executable, "-c", code, str(store.path)], capture_output=True, text=True)
@@ -259,11 +259,11 @@ def test_explain_lease_steps_aside_only_for_a_waiting_process(store: Store) -> N
     announces itself and gets in at the writer's next feature boundary."""
     import time
 
-    from explainers.job import _Lease
+    from explainers.lease import StoreLease
     from workbench.store.connection import waiting_marker
 
     waiting_marker(store.path).unlink(missing_ok=True)
-    lease = _Lease(store, seconds=0.05, max_seconds=60.0)
+    lease = StoreLease(store, seconds=0.05, max_seconds=60.0)
     lease.acquire()
     try:
         first = lease._since
@@ -294,11 +294,11 @@ def test_explain_lease_steps_aside_only_for_a_waiting_process(store: Store) -> N
 def test_explain_lease_falls_back_to_yielding_every_max_seconds(store: Store) -> None:
     import time
 
-    from explainers.job import _Lease
+    from explainers.lease import StoreLease
     from workbench.store.connection import waiting_marker
 
     waiting_marker(store.path).unlink(missing_ok=True)
-    lease = _Lease(store, seconds=0.01, max_seconds=0.1)
+    lease = StoreLease(store, seconds=0.01, max_seconds=0.1)
     lease.acquire()
     try:
         first = lease._since
