@@ -283,7 +283,7 @@ class ExplainJob:
         bar = tqdm(total=len(todo), desc=f"explain ({self.config.explainer})", disable=not self.progress)
 
         finished: list[ExplanationRecord] = []  # done, not yet handed to the store thread
-        writes: list[tuple[int, Future[None]]] = []  # (features, write) handed over, not yet checked
+        writes: list[Future[None]] = []  # batches handed to the store thread, not yet checked
         last_flush = time.monotonic()
         worker = StoreWorker(self.store)
         self.lease.workers.append(worker)
@@ -295,17 +295,16 @@ class ExplainJob:
 
         def settle(wait: bool) -> None:
             """Raise the first failed write (and wait for those in flight if `wait`)."""
-            while writes and (wait or writes[0][1].done()):
-                writes.pop(0)[1].result()
+            while writes and (wait or writes[0].done()):
+                writes.pop(0).result()
 
         def flush() -> None:
             nonlocal last_flush
             if cache is not None:  # the answers first: a stored explanation's LLM calls are always cached
                 cache.flush()
-            if (
-                finished
-            ):  # written on the store thread, in order; the lease waits for it before stepping aside
-                writes.append((len(finished), worker.submit(write, finished.copy())))
+            # written on the store thread, in order; the lease waits for it before stepping aside
+            if finished:
+                writes.append(worker.submit(write, finished.copy()))
                 finished.clear()
             last_flush = time.monotonic()
             settle(wait=False)
@@ -326,7 +325,8 @@ class ExplainJob:
                 self.lease.renew(before=flush)  # others see every finished feature once they get in
 
         async def keeper() -> None:
-            # Store calls are synchronous, so none is in progress at an await: the lease can step aside here for a
+            # This thread's store calls are synchronous, so none is in progress at an await, and the lease lets the
+            # store thread finish its queued calls before it closes that session: the lease can step aside here for a
             # waiting process even while every feature in flight awaits a slow LLM (not only between features).
             while True:
                 await asyncio.sleep(KEEPER_POLL_S)
