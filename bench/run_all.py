@@ -134,7 +134,8 @@ BENCHES: tuple[Bench, ...] = (
         "eval", "Absorption eval wall time", _m("bench.eval_bench"),
         ("absorption", "--max-words", "20000", "--baseline-prompts", "256"),
         ("absorption", "--max-words", "2000", "--baseline-prompts", "32"),
-        meaning="Wall time per stage of the first-letter absorption eval on SmolLM2 + a random TopK 576→4608 SAE; "
+        meaning="Wall time per stage of the first-letter absorption eval on SmolLM2 + a random TopK 576→4608 SAE, "
+        "as a first run (residuals collected into a fresh on-disk cache; a rerun's reload is shown apart); "
         "ratio of our residual collection vs SAEBench's right-padded all-layer forwards on the same prompts. Target "
         "(issue 6): minutes on this CPU (checked as < 30 min; SAEBench reports 26 min on a GPU for Gemma-2-2B).",
         check=targets.check_eval, timeout_s=2400,
