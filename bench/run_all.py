@@ -102,7 +102,7 @@ BENCHES: tuple[Bench, ...] = (
         "cache", "Activation caching vs bare model forward", _m("bench.cache_throughput"),
         # Each round is a whole `cache_activations` run, so rounds must be long enough to amortise its fixed set-up
         # (fingerprints, tokenizing from the corpus start, writer thread): 8k-token rounds read ~82%, 65k ~100%.
-        # Four rounds, not two: one slow round of either side moved a 2-round ratio by 10-15% (bench/NOTES.md).
+        # Four rounds, not two: one slow round of either side moved a 2-round ratio by 10-20% (bench/NOTES.md).
         ("--tokens-per-round", "65536", "--rounds", "4", "--shard-tokens", "16384"),
         ("--tokens-per-round", "16384", "--rounds", "1"),
         gpu_args=("--device", "cuda"), json_output=True,
