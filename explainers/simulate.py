@@ -81,15 +81,9 @@ def pooled_correlation(pred: Sequence[np.ndarray], true: Sequence[np.ndarray]) -
         raise ValueError(f"{len(pred)} predicted records but {len(true)} true records")
     if not pred:
         return math.nan
-    p = np.concatenate([np.asarray(x, dtype=np.float64).ravel() for x in pred])
-    t = np.concatenate([np.asarray(x, dtype=np.float64).ravel() for x in true])
+    p, t = _concat(pred), _concat(true)
     if p.shape != t.shape:
         raise ValueError(f"{p.size} predicted tokens but {t.size} true tokens")
-    return pooled_flat(p, t)
-
-
-def pooled_flat(p: np.ndarray, t: np.ndarray) -> float:
-    """pooled_correlation of already concatenated float64 predictions and true activations."""
     return PooledTruth(t, np.asarray([t.size], dtype=np.int64)).correlation(p)
 
 
@@ -218,16 +212,10 @@ def worst_record_index(pred: Sequence[np.ndarray], records: Sequence[Record]) ->
         raise ValueError("no records")
     if len(pred) != len(records):
         raise ValueError(f"{len(pred)} predicted records but {len(records)} true records")
-    p = np.concatenate([np.asarray(x, dtype=np.float64).ravel() for x in pred])
-    t = np.concatenate([np.asarray(r.acts, dtype=np.float64).ravel() for r in records])
+    p, t = _concat(pred), _concat([r.acts for r in records])
     if p.shape != t.shape:
         raise ValueError(f"{p.size} predicted tokens but {t.size} true tokens")
-    return worst_index_flat(p, t, np.asarray([np.asarray(x).size for x in pred], dtype=np.int64))
-
-
-def worst_index_flat(p: np.ndarray, t: np.ndarray, sizes: np.ndarray) -> int:
-    """`worst_record_index` of concatenated float64 predictions and true activations, `sizes` tokens per record."""
-    return PooledTruth(t, sizes).worst(p)
+    return PooledTruth(t, np.asarray([np.asarray(x).size for x in pred], dtype=np.int64)).worst(p)
 
 
 def _rest_is_constant(p: np.ndarray, sizes: np.ndarray, starts: np.ndarray) -> np.ndarray:

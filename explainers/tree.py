@@ -167,12 +167,15 @@ class _Truth:
 
     records: tuple[Record, ...]
     """Train records, then valid records (what every rule is simulated on)."""
-    n_train: int
-    """Train tokens (the split point of a concatenated prediction)."""
     train: PooledTruth
     """True activations of the train records (scores and the worst record)."""
     valid: PooledTruth
     """True activations of the valid records."""
+
+    @property
+    def n_train(self) -> int:
+        """Train tokens (the split point of a concatenated prediction)."""
+        return self.train.t.size
 
     @classmethod
     def of(cls, splits: TreeSplits) -> _Truth:
@@ -183,7 +186,6 @@ class _Truth:
         sizes = np.asarray([len(r) for r in train], dtype=np.int64)
         return cls(
             (*train, *valid),
-            int(sizes.sum()),
             PooledTruth(t_train, sizes),
             PooledTruth(t_valid, np.asarray([t_valid.size], dtype=np.int64)),
         )
