@@ -1,4 +1,7 @@
-"""Entry point of the feature browser: `workbench app --store PATH` (or `streamlit run app/main.py -- --store PATH`)."""
+"""The feature browser's navigation: `workbench app --store PATH` serves it (through `serve/streamlit_app.py`).
+
+Run directly for development: `streamlit run app/main.py -- --store PATH` (AppTest runs this file too).
+"""
 
 from pathlib import Path
 
@@ -8,13 +11,19 @@ import streamlit as st
 # which ignores st.navigation (titles, icons, url paths).
 PAGES_DIR = Path(__file__).with_name("page_scripts")
 
-st.set_page_config(page_title="SAE workbench", page_icon="🔬", layout="wide")
 
-pages = [
-    st.Page(PAGES_DIR / "overview.py", title="Overview", icon="📊", url_path="overview", default=True),
-    st.Page(PAGES_DIR / "feature.py", title="Feature", icon="🔎", url_path="feature"),
-    st.Page(PAGES_DIR / "search.py", title="Search", icon="🧭", url_path="search"),
-    st.Page(PAGES_DIR / "playground.py", title="Playground", icon="⌨️", url_path="playground"),
-    st.Page(PAGES_DIR / "compare.py", title="Compare", icon="⚖️", url_path="compare"),
-]
-st.navigation(pages).run()
+def main() -> None:
+    """Configure the page and run the selected page script."""
+    st.set_page_config(page_title="SAE workbench", page_icon="🔬", layout="wide")
+    pages = [
+        st.Page(PAGES_DIR / "overview.py", title="Overview", icon="📊", url_path="overview", default=True),
+        st.Page(PAGES_DIR / "feature.py", title="Feature", icon="🔎", url_path="feature"),
+        st.Page(PAGES_DIR / "search.py", title="Search", icon="🧭", url_path="search"),
+        st.Page(PAGES_DIR / "playground.py", title="Playground", icon="⌨️", url_path="playground"),
+        st.Page(PAGES_DIR / "compare.py", title="Compare", icon="⚖️", url_path="compare"),
+    ]
+    st.navigation(pages).run()
+
+
+if __name__ == "__main__":
+    main()

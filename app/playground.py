@@ -9,9 +9,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from app.views import PlaygroundResult
-from workbench.errors import WorkbenchError
-from workbench.store.records import SAERecord
+from sae_workbench.app.views import PlaygroundResult
+from sae_workbench.errors import WorkbenchError
+from sae_workbench.store.records import SAERecord
 
 log = logging.getLogger(__name__)
 
@@ -35,8 +35,8 @@ def sae_location(record: SAERecord) -> str | None:
 
 def load_pair(model_name: str, sae_spec: str, hook: str) -> tuple[Any, Any]:
     """Load the subject model and the SAE, and check that they fit together."""
-    from sae.io import check_sae_matches, load_sae
-    from workbench.models import load_model
+    from sae_workbench.models import load_model
+    from sae_workbench.sae.io import check_sae_matches, load_sae
 
     if not Path(sae_spec).expanduser().exists() and "/" not in sae_spec:
         raise PlaygroundError(
@@ -50,7 +50,7 @@ def load_pair(model_name: str, sae_spec: str, hook: str) -> tuple[Any, Any]:
 
 def encode_text(model: Any, sae: Any, hook: str, text: str, bos_id: int | None) -> PlaygroundResult:
     """Feature activations of every token of `text` (BOS prepended, like indexing) as a dense (T, F) array."""
-    from workbench.models import stop_layer
+    from sae_workbench.models import stop_layer
 
     if not text.strip():
         raise PlaygroundError("Type some text first.")

@@ -18,10 +18,10 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app import playground, token_queries
-from app.semantic import ExplanationIndex
-from app.settings import CACHE_TTL_S, configured_store_path
-from app.views import (
+from sae_workbench.app import playground, token_queries
+from sae_workbench.app.semantic import ExplanationIndex
+from sae_workbench.app.settings import CACHE_TTL_S, configured_store_path
+from sae_workbench.app.views import (
     ExampleView,
     ExplanationHit,
     FeatureDashboard,
@@ -31,9 +31,9 @@ from app.views import (
     ScoredExplanation,
     TokenFeatureHit,
 )
-from workbench.errors import WorkbenchError
-from workbench.store import Store
-from workbench.store.errors import (
+from sae_workbench.errors import WorkbenchError
+from sae_workbench.store import Store
+from sae_workbench.store.errors import (
     NotIndexedError,
     StoreBusyError,
     StoreCorruptError,
@@ -41,7 +41,7 @@ from workbench.store.errors import (
     StoreNotFoundError,
     UnknownSAEError,
 )
-from workbench.store.records import Example, SAERecord
+from sae_workbench.store.records import Example, SAERecord
 
 __all__ = [
     "FILL_COMMANDS",

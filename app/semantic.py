@@ -15,7 +15,7 @@ from contextlib import contextmanager
 
 import numpy as np
 
-from app.views import ExplanationHit
+from sae_workbench.app.views import ExplanationHit
 
 log = logging.getLogger(__name__)
 
@@ -50,7 +50,7 @@ def embed_query(text: str) -> np.ndarray:
 def embed_texts(texts: Sequence[str]) -> np.ndarray:
     """(N, 384) float32 L2-normalised MiniLM embeddings (workbench.embeddings when present, else loaded here)."""
     try:
-        from workbench.embeddings import embed_texts as shared_embed  # type: ignore[import-not-found]
+        from sae_workbench.embeddings import embed_texts as shared_embed  # type: ignore[import-not-found]
     except ImportError:
         shared_embed = None
     if shared_embed is not None:

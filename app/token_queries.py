@@ -6,8 +6,8 @@ workbench/store once a second user needs them.
 
 from __future__ import annotations
 
-from app.views import TokenFeatureHit
-from workbench.store import Store
+from sae_workbench.app.views import TokenFeatureHit
+from sae_workbench.store import Store
 
 
 def features_for_token(

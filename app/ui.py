@@ -7,8 +7,8 @@ from typing import TypeVar
 
 import streamlit as st
 
-from app import queries, render
-from workbench.store.records import SAERecord
+from sae_workbench.app import queries, render
+from sae_workbench.store.records import SAERecord
 
 T = TypeVar("T")
 

@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.store_bench import D_SAE, build_store, timed
-from workbench.store import Store
+from sae_workbench.store import Store
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
 WORDS = (
@@ -30,7 +30,7 @@ WORDS = (
 
 def add_explanations(store: Store, n: int, seed: int = 0) -> None:
     """`n` explanations over random features, in one transaction."""
-    from workbench.store.records import ExplanationRecord
+    from sae_workbench.store.records import ExplanationRecord
 
     rng = np.random.default_rng(seed)
     with store.session(), store.transaction():
@@ -55,7 +55,7 @@ def main() -> None:
 
     from streamlit.testing.v1 import AppTest
 
-    from app import queries
+    from sae_workbench.app import queries
 
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "bench.duckdb"

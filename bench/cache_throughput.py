@@ -19,9 +19,9 @@ from pathlib import Path
 
 import torch
 
-from workbench.activations import cache_activations
-from workbench.corpus import default_bos_id, iter_windows, resolve_corpus
-from workbench.models import DEFAULT_HOOK, DEFAULT_MODEL, load_model, stop_layer
+from sae_workbench.activations import cache_activations
+from sae_workbench.corpus import default_bos_id, iter_windows, resolve_corpus
+from sae_workbench.models import DEFAULT_HOOK, DEFAULT_MODEL, load_model, stop_layer
 
 
 def main() -> None:

@@ -19,8 +19,8 @@ from dataclasses import replace
 
 import torch
 
-from evaluation import absorption as ab
-from evaluation import probing as pr
+from sae_workbench.evaluation import absorption as ab
+from sae_workbench.evaluation import probing as pr
 
 
 def _random_topk_sae(d_in: int, hook: str, model_name: str, seed: int = 0) -> object:
@@ -36,7 +36,7 @@ def _random_topk_sae(d_in: int, hook: str, model_name: str, seed: int = 0) -> ob
 
 def _saebench_style_seconds(model: object, acts_cfg: pr.ProbingConfig, n: int) -> tuple[float, float]:
     """(seconds, seconds of ours) to read n prompts: right-padded full forwards vs length-grouped stop_at_layer."""
-    from workbench.corpus import default_bos_id
+    from sae_workbench.corpus import default_bos_id
 
     tok = model.tokenizer  # type: ignore[attr-defined]
     vocab = pr.alphabetic_vocab(tok)
@@ -62,7 +62,7 @@ def _saebench_style_seconds(model: object, acts_cfg: pr.ProbingConfig, n: int) -
 
 def bench_absorption(args: argparse.Namespace) -> None:
     """Time each stage of the absorption eval and print a Markdown table."""
-    from workbench.models import load_model
+    from sae_workbench.models import load_model
 
     torch.set_num_threads(args.threads)
     t0, c0 = time.perf_counter(), time.process_time()
@@ -71,7 +71,7 @@ def bench_absorption(args: argparse.Namespace) -> None:
     cfg = ab.AbsorptionConfig(probing=pr.ProbingConfig(layer=args.layer, max_words=args.max_words))
     hook = cfg.probing.hook()
     if args.sae:
-        from sae.io import load_sae
+        from sae_workbench.sae.io import load_sae
 
         sae, sae_desc = load_sae(args.sae), f"trained SAE {args.sae}"
     else:

@@ -40,15 +40,15 @@ import pyarrow as pa
 
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
-from explainers.job import ExplainConfig, ExplainJob
-from explainers.llm_config import LLMConfig
-from explainers.prism import PrismConfig
+from sae_workbench.embeddings import embed_texts
+from sae_workbench.explainers.job import ExplainConfig, ExplainJob
+from sae_workbench.explainers.prism import PrismConfig
+from sae_workbench.llm.config import LLMConfig
+from sae_workbench.models import load_model
+from sae_workbench.store import Store
+from tests.explainers.test_explain_llm import smart
+from tests.explainers.test_explain_support import PLANTED_SAE, build_planted_store
 from tests.fake_llm import FakeLLM
-from tests.test_explain_llm import smart
-from tests.test_explain_support import PLANTED_SAE, build_planted_store
-from workbench.embeddings import embed_texts
-from workbench.models import load_model
-from workbench.store import Store
 
 LIVE = (0, 1, 3, 4)
 
@@ -157,7 +157,7 @@ async def _bare_client(base_url: str, n: int, body_bytes: float = 0.0) -> tuple[
     request bodies of about `body_bytes` (the explainer's mean, so that serialising them costs the same)."""
     import openai
 
-    from explainers.llm import _tls_context
+    from sae_workbench.llm.client import _tls_context
 
     _tls_context()  # built once per process, as LLMClient does (the warm-up job already paid for it)
     t0 = time.perf_counter()

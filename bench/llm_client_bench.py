@@ -17,10 +17,10 @@ from multiprocessing.connection import Connection
 
 import openai
 
-from explainers.jsonparse import parse_json_strict
-from explainers.llm import LLMClient, LLMRequest, chat
-from explainers.llm_cache import MemoryCache
-from explainers.llm_config import LLMConfig
+from sae_workbench.llm.cache import MemoryCache
+from sae_workbench.llm.client import LLMClient, LLMRequest, chat
+from sae_workbench.llm.config import LLMConfig
+from sae_workbench.llm.jsonparse import parse_json_strict
 from tests.fake_llm import FakeLLM
 
 

@@ -447,7 +447,7 @@ def main(argv: list[str] | None = None) -> int:
     gpu = args.gpu if args.gpu is not None else cuda_device_name() is not None
     log_dir = args.log_dir
     if log_dir is None:
-        from workbench.paths import home
+        from sae_workbench.paths import home
 
         log_dir = home() / "bench-logs" / dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     command = shlex.join(["python", "-m", "bench.run_all", *(argv if argv is not None else sys.argv[1:])])

@@ -18,11 +18,11 @@ from typing import Any
 
 import torch
 
-from sae.data import Chunk, ChunkSource, cache_source
-from sae.io import load_sae
-from sae.metrics import evaluate_on_activations
-from sae.train import TrainConfig, train_sae
-from workbench.activations import ActivationCache
+from sae_workbench.activations import ActivationCache
+from sae_workbench.sae.data import Chunk, ChunkSource, cache_source
+from sae_workbench.sae.io import load_sae
+from sae_workbench.sae.metrics import evaluate_on_activations
+from sae_workbench.sae.train import TrainConfig, train_sae
 
 # name -> TrainConfig overrides. "old" is the configuration before the quality work (batch 4096, raw inputs,
 # b_dec at zero, no warm-up); "default" is TrainConfig() as shipped.

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from evaluation.score_job import ScoreBackends, ScoreConfig, run_scoring
-from tests.test_scoring_planted import SAE_ID, build_planted_store
+from sae_workbench.evaluation.score_job import ScoreBackends, ScoreConfig, run_scoring
+from tests.evaluation.test_scoring_planted import SAE_ID, build_planted_store
 
 EXTRA_TOKENS = (
     " the",
@@ -40,9 +40,9 @@ EXTRA_TOKENS = (
 
 def _fake_llm_backends(server) -> tuple[ScoreBackends, object]:
     """Simulation through explainers' LLMSimulator on the fake server (scripted all-zero predictions)."""
-    from explainers.llm import LLMClient
-    from explainers.llm_config import LLMConfig
-    from explainers.simulate import LLMSimulator
+    from sae_workbench.explainers.simulate import LLMSimulator
+    from sae_workbench.llm.client import LLMClient
+    from sae_workbench.llm.config import LLMConfig
 
     client = LLMClient(LLMConfig(model="fake", base_url=server.base_url, timeout_s=5))
     return ScoreBackends(simulator=LLMSimulator(client)), client

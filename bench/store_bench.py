@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
-from workbench.store import Store
+from sae_workbench.store import Store
 
 D_SAE = 4608
 K = 32
@@ -63,7 +63,7 @@ def synthetic_rows(n_rows: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, 
 
 def build_store(path: Path, n_rows: int) -> tuple[Store, dict[str, float], tuple[np.ndarray, ...]]:
     """A store holding one synthetic SAE with `n_rows` activation rows, finalized, with statistics."""
-    from workbench.indexing import cooccurrence_neighbours, decoder_neighbours, logit_lens
+    from sae_workbench.sae.indexing import cooccurrence_neighbours, decoder_neighbours, logit_lens
 
     store = Store.open(path)
     feat, window, position, value = synthetic_rows(n_rows)
@@ -158,7 +158,7 @@ def delphi_top20(paths: list[Path], feature: int) -> np.ndarray:
 
 def close_negative_bench(folder: Path, n_windows: int) -> dict[str, float]:
     """Close negatives for one feature over `n_windows` windows with stored 384-d embeddings."""
-    from explainers.sampling import DEFAULT_EMBEDDING_MODEL, close_negatives
+    from sae_workbench.examples.sampling import DEFAULT_EMBEDDING_MODEL, close_negatives
 
     rng = np.random.default_rng(2)
     store = Store.open(folder / "negatives.duckdb")
@@ -186,7 +186,7 @@ def close_negative_bench(folder: Path, n_windows: int) -> dict[str, float]:
             "big", DEFAULT_EMBEDDING_MODEL, part, emb / np.linalg.norm(emb, axis=1)[:, None]
         )
     store.finalize_index("neg")
-    from explainers import sampling
+    from sae_workbench.examples import sampling
 
     # Cold: embeddings fetched from DuckDB (and the memory-mapped copy written) — what ensure_window_embeddings
     # now pays once, right after embedding. Then a new process (copy on disk, empty process cache), then repeats.
@@ -218,9 +218,9 @@ def indexing_bench(model_name: str, n_tokens: int) -> dict[str, float]:
     import torch
     from sae_lens import TopKSAE, TopKSAEConfig
 
-    from workbench.corpus import default_bos_id, iter_windows, resolve_corpus
-    from workbench.indexing import IndexConfig, index_sae, vocab_strings
-    from workbench.models import DEFAULT_HOOK, load_model, stop_layer
+    from sae_workbench.corpus import default_bos_id, iter_windows, resolve_corpus
+    from sae_workbench.models import DEFAULT_HOOK, load_model, stop_layer
+    from sae_workbench.sae.indexing import IndexConfig, index_sae, vocab_strings
 
     model = load_model(model_name)
     hook = DEFAULT_HOOK if model.cfg.n_layers > 3 else "blocks.0.hook_resid_post"
@@ -249,7 +249,7 @@ def indexing_bench(model_name: str, n_tokens: int) -> dict[str, float]:
         index_sae(store, model, sae, hook, corpus, n_tokens, IndexConfig(context_size=T, compute_stats=False))
         index_ms = (time.perf_counter() - start) * 1000
         start = time.perf_counter()
-        from workbench.indexing import compute_feature_stats
+        from sae_workbench.sae.indexing import compute_feature_stats
 
         compute_feature_stats(store, store.list_saes()[0].sae_id, sae, model)
         stats_s = time.perf_counter() - start

@@ -23,7 +23,7 @@ HOOK = "blocks.3.hook_resid_post"
 
 def _windows(model, corpus, n_tokens: int, context_size: int) -> list[list[int]]:
     """Token windows (BOS first) covering n_tokens, for the sae-lens runner's tokenized dataset."""
-    from workbench.corpus import iter_windows
+    from sae_workbench.corpus import iter_windows
 
     out: list[list[int]] = []
     for b in iter_windows(corpus, model.tokenizer, context_size, batch_size=256, decode=False):
@@ -86,11 +86,11 @@ def main() -> None:
     if args.device == "cpu":
         torch.set_num_threads(2)  # the reference machine's cores
 
-    from sae.data import cache_source, streaming_source
-    from sae.train import TrainConfig, train_sae
-    from workbench.activations import cache_activations
-    from workbench.corpus import resolve_corpus
-    from workbench.models import load_model
+    from sae_workbench.activations import cache_activations
+    from sae_workbench.corpus import resolve_corpus
+    from sae_workbench.models import load_model
+    from sae_workbench.sae.data import cache_source, streaming_source
+    from sae_workbench.sae.train import TrainConfig, train_sae
 
     device = args.device
     model = load_model("smollm2-135m", device=device)

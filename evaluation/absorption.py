@@ -27,7 +27,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from evaluation.probing import (
+from sae_workbench.errors import WorkbenchError
+from sae_workbench.evaluation.probing import (
     F1_JUMP_THRESHOLD,
     LETTERS,
     MAX_K,
@@ -38,7 +39,6 @@ from evaluation.probing import (
     sae_feature_acts,
     train_letter_probes,
 )
-from workbench.errors import WorkbenchError
 
 log = logging.getLogger(__name__)
 

@@ -22,15 +22,15 @@ from typing import TYPE_CHECKING, Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from evaluation.prompts.complexity import COMPLEXITY_PROMPT_VERSION, complexity_messages
-from explainers.jsonparse import as_int_list, parse_json_strict
-from explainers.llm import LLMClient, LLMMalformedOutputError, LLMRequest
-from explainers.llm_config import LLMNotConfiguredError
-from explainers.rules import parse_rules
-from workbench.store import ScoreRecord, Store
+from sae_workbench.evaluation.prompts.complexity import COMPLEXITY_PROMPT_VERSION, complexity_messages
+from sae_workbench.examples.rules import parse_rules
+from sae_workbench.llm.client import LLMClient, LLMMalformedOutputError, LLMRequest
+from sae_workbench.llm.config import LLMNotConfiguredError
+from sae_workbench.llm.jsonparse import as_int_list, parse_json_strict
+from sae_workbench.store import ScoreRecord, Store
 
 if TYPE_CHECKING:
-    from evaluation.score_job import ScoreJobResult
+    from sae_workbench.evaluation.score_job import ScoreJobResult
 
 COMPLEXITY_SCORER_VERSION = "complexity-llm-v1"
 # Tree paper: ratings are integers 0..5.
@@ -109,7 +109,7 @@ async def run_complexity(
     progress: bool = True,
 ) -> ScoreJobResult:
     """Rate the rules of the SAE's explanations (optionally one explainer's, some features') and store each score."""
-    from evaluation.score_job import ScoreJobResult
+    from sae_workbench.evaluation.score_job import ScoreJobResult
 
     llm = require_client(client)
     t0 = time.perf_counter()

@@ -21,12 +21,12 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from evaluation.prompts.cosy import COSY_PROMPT_VERSION, N_TEXTS, cosy_messages
-from evaluation.scoring import auroc, mad, mann_whitney_p, mean_std, t_confidence_interval
-from evaluation.simulation import UnscorableExplanationError
-from explainers.lexical import match_rule_text
-from explainers.llm import LLMClient, LLMRequest
-from workbench.errors import WorkbenchError
+from sae_workbench.errors import WorkbenchError
+from sae_workbench.evaluation.prompts.cosy import COSY_PROMPT_VERSION, N_TEXTS, cosy_messages
+from sae_workbench.evaluation.scoring import auroc, mad, mann_whitney_p, mean_std, t_confidence_interval
+from sae_workbench.evaluation.simulation import UnscorableExplanationError
+from sae_workbench.explainers.lexical import match_rule_text
+from sae_workbench.llm.client import LLMClient, LLMRequest
 
 COSY_SCORER_VERSION = "cosy-v1"
 
@@ -208,7 +208,7 @@ class ModelFeatureMeans:
 
     def _compute(self, texts: Sequence[str]) -> None:
         """Encode texts not seen yet."""
-        from workbench.models import stop_layer
+        from sae_workbench.models import stop_layer
 
         tokenizer = getattr(self.model, "tokenizer", None)
         assert tokenizer is not None, "the model needs a tokenizer"

@@ -25,19 +25,23 @@ from typing import Literal, Protocol
 
 import numpy as np
 
-from evaluation.prompts.detection import (
+from sae_workbench.evaluation.prompts.detection import (
     DETECTION_PROMPT_VERSION,
     FUZZING_PROMPT_VERSION,
     detection_messages,
     fuzzing_messages,
     highlight,
 )
-from evaluation.scoring import ClassificationMetrics, classification_metrics
-from evaluation.simulation import FALSE_POSITIVE_LEVEL, ScorableExplanation, simulate_explanation
-from explainers.jsonparse import as_int_list, parse_json_strict
-from explainers.llm import LLMClient, LLMRequest
-from explainers.records import Record
-from explainers.simulate import Simulator
+from sae_workbench.evaluation.scoring import ClassificationMetrics, classification_metrics
+from sae_workbench.evaluation.simulation import (
+    FALSE_POSITIVE_LEVEL,
+    ScorableExplanation,
+    simulate_explanation,
+)
+from sae_workbench.examples.records import Record
+from sae_workbench.explainers.simulate import Simulator
+from sae_workbench.llm.client import LLMClient, LLMRequest
+from sae_workbench.llm.jsonparse import as_int_list, parse_json_strict
 
 DETECTION_SCORER_VERSION = "detection-v1"
 # v2: adds mis-highlighted positives (delphi) and judges highlights correct only when every one is predicted active.

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evaluation.scoring import auroc
+from sae_workbench.evaluation.scoring import auroc
 
 EMBEDDING_SCORER_VERSION = "embedding-v1"
 
@@ -75,6 +75,6 @@ def embedding_auroc(
 
 def default_embedder() -> Embedder:
     """The workbench's window embedder (all-MiniLM-L6-v2, offline), as used for close negatives."""
-    from workbench.embeddings import embed_texts
+    from sae_workbench.embeddings import embed_texts
 
     return embed_texts

@@ -30,8 +30,8 @@ from sklearn.linear_model import LogisticRegression
 from sklearn.metrics import f1_score
 from tqdm.auto import tqdm
 
-from workbench import paths
-from workbench.errors import WorkbenchError
+from sae_workbench import paths
+from sae_workbench.errors import WorkbenchError
 
 log = logging.getLogger(__name__)
 
@@ -243,7 +243,7 @@ def _read_resid(
 
 def collect_probe_activations(model: Any, cfg: ProbingConfig = ProbingConfig()) -> ProbeActivations:
     """Build the first-letter dataset and read the residual at each word (cached on disk by model and layer)."""
-    from workbench.corpus import default_bos_id
+    from sae_workbench.corpus import default_bos_id
 
     tokenizer = model.tokenizer
     bos_id = cfg.bos_id if cfg.bos_id is not None else default_bos_id(tokenizer)

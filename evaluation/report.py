@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from evaluation.scoring import t_confidence_interval
-from workbench.store import Store
+from sae_workbench.evaluation.scoring import t_confidence_interval
+from sae_workbench.store import Store
 
 # Headline metric of each scorer and its direction (every number says which way is better).
 HEADLINE = {

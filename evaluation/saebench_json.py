@@ -19,8 +19,8 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from evaluation.absorption import AbsorptionConfig, AbsorptionResult
-from workbench import paths
+from sae_workbench import paths
+from sae_workbench.evaluation.absorption import AbsorptionConfig, AbsorptionResult
 
 EVAL_TYPE_ABSORPTION = "absorption_first_letter"  # SAEBench EVAL_TYPE_ID_ABSORPTION
 EVAL_TYPE_CORE = "core"  # SAEBench EVAL_TYPE_ID_CORE

@@ -34,16 +34,18 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from evaluation.complexity import COMPLEXITY_SCORER_VERSION
-from evaluation.cosy import (
+from sae_workbench.embeddings import DEFAULT_EMBEDDING_MODEL
+from sae_workbench.errors import WorkbenchError
+from sae_workbench.evaluation.complexity import COMPLEXITY_SCORER_VERSION
+from sae_workbench.evaluation.cosy import (
     COSY_SCORER_VERSION,
     ActivationFn,
     CorpusRuleGenerator,
     GeneratorError,
     LLMGenerator,
 )
-from evaluation.cosy import score_description as cosy_score_description
-from evaluation.detection import (
+from sae_workbench.evaluation.cosy import score_description as cosy_score_description
+from sae_workbench.evaluation.detection import (
     DETECTION_SCORER_VERSION,
     FUZZING_SCORER_VERSION,
     Classifier,
@@ -51,31 +53,29 @@ from evaluation.detection import (
     classification_items,
     score_items,
 )
-from evaluation.embedding_scorer import EMBEDDING_SCORER_VERSION, Embedder, embedding_auroc
-from evaluation.polysemanticity import POLYSEMANTICITY_SCORER_VERSION
-from evaluation.simulation import (
+from sae_workbench.evaluation.embedding_scorer import EMBEDDING_SCORER_VERSION, Embedder, embedding_auroc
+from sae_workbench.evaluation.polysemanticity import POLYSEMANTICITY_SCORER_VERSION
+from sae_workbench.evaluation.simulation import (
     SIMULATION_SCORER_VERSION,
     UnscorableExplanationError,
     nan_to_none,
     scorable_explanation,
     score_simulation,
 )
-from explainers.lexical import LexicalSimulator
-from explainers.llm import LLMClient
-from explainers.prism import cluster_descriptions
-from explainers.records import Record, crop_record, make_record
-from explainers.sampling import (
+from sae_workbench.examples.records import Record, crop_record, make_record
+from sae_workbench.examples.sampling import (
     NegativeConfig,
     NegativeSource,
     draw_negatives,
     ensure_window_embeddings,
     negative_params,
 )
-from explainers.simulate import Simulator
-from explainers.tree import top_chunk_size
-from workbench.embeddings import DEFAULT_EMBEDDING_MODEL
-from workbench.errors import WorkbenchError
-from workbench.store import ExplanationRecord, Sample, ScoreRecord, Store
+from sae_workbench.explainers.lexical import LexicalSimulator
+from sae_workbench.explainers.prism import cluster_descriptions
+from sae_workbench.explainers.simulate import Simulator
+from sae_workbench.explainers.tree import top_chunk_size
+from sae_workbench.llm.client import LLMClient
+from sae_workbench.store import ExplanationRecord, Sample, ScoreRecord, Store
 
 log = logging.getLogger(__name__)
 
@@ -160,7 +160,7 @@ class ScoreBackends:
     def embed(self) -> Embedder:
         """The embedder (loading the default on first use), memoised per text."""
         if self.embedder is None:
-            from evaluation.embedding_scorer import default_embedder
+            from sae_workbench.evaluation.embedding_scorer import default_embedder
 
             self.embedder = default_embedder()
         embedder, memo = self.embedder, self._memo
@@ -276,7 +276,7 @@ class TestSetBuilder:
         self.backends = backends
         progress = store.index_progress(sae_id)
         if progress is None:
-            from workbench.store import NotIndexedError
+            from sae_workbench.store import NotIndexedError
 
             raise NotIndexedError(
                 f"SAE {sae_id} has no activations in {store.path}; run `workbench index` first."
@@ -437,7 +437,7 @@ async def run_scoring_async(
     """Async form of `run_scoring` (one event loop for the whole batch, so one LLM client serves it)."""
     backends = backends or ScoreBackends()
     if config.scorer == "polysemanticity":
-        from evaluation.polysemanticity import run_prism_polysemanticity
+        from sae_workbench.evaluation.polysemanticity import run_prism_polysemanticity
 
         return run_prism_polysemanticity(
             store,
@@ -450,7 +450,7 @@ async def run_scoring_async(
             progress=progress,
         )
     if config.scorer == "complexity":
-        from evaluation.complexity import run_complexity
+        from sae_workbench.evaluation.complexity import run_complexity
 
         return await run_complexity(
             store, sae_id, backends.llm_client, explainer=explainer, features=features, progress=progress

@@ -20,13 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from evaluation.scoring import per_record_pearson
-from explainers.records import Record
-from explainers.rules import Rule
+from sae_workbench.errors import WorkbenchError
+from sae_workbench.evaluation.scoring import per_record_pearson
+from sae_workbench.examples.records import Record
+from sae_workbench.examples.rules import Rule
 
 # The LLM simulator is the explainers' one (explainers/prompts/simulate.py), so tree search and scoring agree.
-from explainers.simulate import LLMSimulator, Simulator, pooled_correlation, simulate_rules
-from workbench.errors import WorkbenchError
+from sae_workbench.explainers.simulate import LLMSimulator, Simulator, pooled_correlation, simulate_rules
 
 SIMULATION_SCORER_VERSION = "simulation-v1"
 
@@ -62,7 +62,7 @@ class ScorableExplanation:
 
 def scorable_explanation(text: str, rules: Any = None) -> ScorableExplanation:
     """Validate a stored explanation (text + optional rules JSON); UnscorableExplanationError if empty/malformed."""
-    from explainers.rules import parse_rules
+    from sae_workbench.examples.rules import parse_rules
 
     parsed: tuple[Rule, ...] = ()
     if rules not in (None, [], ""):

@@ -19,7 +19,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from evaluation.absorption import score_words
+from sae_workbench.evaluation.absorption import score_words
 
 log = logging.getLogger(__name__)
 

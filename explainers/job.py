@@ -31,16 +31,16 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
-from explainers.inputs import load_records
-from explainers.lease import StoreLease, StoreWorker
-from explainers.lexical import LEXICAL_VERSION, LexicalConfig, LexicalSimulator, lexical_explain
-from explainers.llm_config import LLMConfig
-from explainers.llm_usage import Usage, UsageLedger
-from explainers.prism import PRISM_VERSION, PrismConfig
-from explainers.rules import DEFAULT_RULE_CAP, rules_to_text
-from explainers.tree import TREE_VERSION, TreeConfig
-from workbench.errors import WorkbenchError
-from workbench.store import ExplanationRecord, Store
+from sae_workbench.errors import WorkbenchError
+from sae_workbench.examples.loading import load_records
+from sae_workbench.examples.rules import DEFAULT_RULE_CAP, rules_to_text
+from sae_workbench.explainers.lexical import LEXICAL_VERSION, LexicalConfig, LexicalSimulator, lexical_explain
+from sae_workbench.explainers.prism import PRISM_VERSION, PrismConfig
+from sae_workbench.explainers.tree import TREE_VERSION, TreeConfig
+from sae_workbench.llm.config import LLMConfig
+from sae_workbench.llm.usage import Usage, UsageLedger
+from sae_workbench.store import ExplanationRecord, Store
+from sae_workbench.store.lease import StoreLease, StoreWorker
 
 log = logging.getLogger(__name__)
 
@@ -109,8 +109,8 @@ class ExplainConfig:
 
 def versions(explainer: str, llm: bool) -> tuple[str, str]:
     """(explainer version, prompt version) of an explainer run with or without an LLM."""
-    from explainers.oneshot import ONESHOT_VERSION
-    from explainers.prompts import oneshot, prism, simulate, tree
+    from sae_workbench.explainers.oneshot import ONESHOT_VERSION
+    from sae_workbench.explainers.prompts import oneshot, prism, simulate, tree
 
     if explainer == "lexical":
         return LEXICAL_VERSION, ""
@@ -218,7 +218,7 @@ class ExplainJob:
         most `flush_s` of finished work).
         """
         if llm is None and config.explainer in LLM_ONLY:
-            from explainers.llm_config import LLMNotConfiguredError
+            from sae_workbench.llm.config import LLMNotConfiguredError
 
             raise LLMNotConfiguredError(
                 f"the {config.explainer!r} explainer needs an LLM: pass --llm-model (and --llm-base-url for a local "
@@ -265,15 +265,15 @@ class ExplainJob:
         if len(todo) < len(feats):
             log.info("resuming: %d of %d features already explained", len(feats) - len(todo), len(feats))
         if self.config.explainer == "tree" and self.config.negatives.startswith("SIMILAR") and todo:
-            from explainers.sampling import ensure_window_embeddings
+            from sae_workbench.examples.sampling import ensure_window_embeddings
 
             ensure_window_embeddings(self.store, self.sae_id)
-        from explainers.llm_cache import StoreCache
+        from sae_workbench.llm.cache import StoreCache
 
         client = None
         cache: StoreCache | None = None
         if self.llm is not None:
-            from explainers.llm import LLMClient
+            from sae_workbench.llm.client import LLMClient
 
             cache = StoreCache(self.store, write_behind=True) if self.use_cache else None
             client = LLMClient(self.llm, cache=cache, ledger=self.ledger, env=self.env)
@@ -449,15 +449,15 @@ class ExplainJob:
         self, feature: int, data: dict[str, Any], gmax: float, client: Any, tag: str
     ) -> FeatureOutput:
         """Structured + free-text LLM explanations of the top examples."""
-        from explainers.oneshot import explain_oneshot
+        from sae_workbench.explainers.oneshot import explain_oneshot
 
         out = await explain_oneshot(client, data["records"], gmax, self.config.rule_cap, tag=tag)
         return FeatureOutput(out.text, [r.to_dict() for r in out.rules], data["pos"], [], {})
 
     def _tree_ids(self, feature: int, maxima: Any) -> tuple[list[int], list[int]]:
         """Positives sampled from the top chunk and negatives from the configured source."""
-        from explainers.sampling import close_negatives
-        from explainers.tree import top_chunk_size
+        from sae_workbench.examples.sampling import close_negatives
+        from sae_workbench.explainers.tree import top_chunk_size
 
         cfg = self.config
         rng = np.random.default_rng([cfg.seed, feature])
@@ -493,8 +493,8 @@ class ExplainJob:
         self, feature: int, data: dict[str, Any], gmax: float, client: Any, tag: str
     ) -> FeatureOutput:
         """Tree search: LLM proposer + LLM simulator, or offline the lexical editor + lexical simulator."""
-        from explainers.simulate import LLMSimulator
-        from explainers.tree import LexicalEditor, LLMProposer, interleave_splits, tree_search
+        from sae_workbench.explainers.simulate import LLMSimulator
+        from sae_workbench.explainers.tree import LexicalEditor, LLMProposer, interleave_splits, tree_search
 
         cfg = self.config
         pos_ids, neg_ids, by_id = data["pos_ids"], data["neg_ids"], data["by_id"]
@@ -526,7 +526,7 @@ class ExplainJob:
     def _load_prism(self, feature: int, maxima: Any) -> dict[str, Any]:
         """The records of the texts PRISM describes: every activating window is scored from the store; the windows
         that never fire score 0 and count toward the percentile. Only the selected texts are loaded."""
-        from explainers.prism import select_texts
+        from sae_workbench.explainers.prism import select_texts
 
         pc = self.config.prism
         active, scores = self.store.window_text_scores(self.sae_id, feature)
@@ -538,8 +538,8 @@ class ExplainJob:
         self, feature: int, data: dict[str, Any], gmax: float, client: Any, tag: str
     ) -> FeatureOutput:
         """PRISM over the selected texts: embed, cluster, describe each cluster."""
-        from explainers.prism import llm_describe, prism_describe_selected
-        from workbench.embeddings import DEFAULT_EMBEDDING_MODEL, embed_texts
+        from sae_workbench.embeddings import DEFAULT_EMBEDDING_MODEL, embed_texts
+        from sae_workbench.explainers.prism import llm_describe, prism_describe_selected
 
         describe = None if client is None else (lambda texts: llm_describe(client, texts, tag))
         inner = self.embed or embed_texts

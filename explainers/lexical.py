@@ -26,7 +26,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from explainers.records import (
+from sae_workbench.examples.records import (
     MAX_LEVEL,
     Record,
     global_max_of,
@@ -36,7 +36,7 @@ from explainers.records import (
     n_key_codes,
     norm,
 )
-from explainers.rules import DEFAULT_RULE_CAP, Rule, rules_to_text
+from sae_workbench.examples.rules import DEFAULT_RULE_CAP, Rule, rules_to_text
 
 LEXICAL_VERSION = "lexical-v1"
 _QUOTED_RE = re.compile(r'"(?:[^"\\]|\\.)*"')

@@ -6,12 +6,12 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from explainers.prompts import oneshot as prompt
-from explainers.records import Record
-from explainers.rules import DEFAULT_RULE_CAP, Rule, parse_rules
+from sae_workbench.examples.records import Record
+from sae_workbench.examples.rules import DEFAULT_RULE_CAP, Rule, parse_rules
+from sae_workbench.explainers.prompts import oneshot as prompt
 
 if TYPE_CHECKING:
-    from explainers.llm import LLMClient, LLMRequest
+    from sae_workbench.llm.client import LLMClient, LLMRequest
 
 ONESHOT_VERSION = "oneshot-v1"
 
@@ -36,7 +36,7 @@ def structured_request(
     sample: int,
 ) -> LLMRequest:
     """The request for one structured explanation (distinct `sample` values give distinct samples)."""
-    from explainers.llm import LLMRequest, chat
+    from sae_workbench.llm.client import LLMRequest, chat
 
     system, user = prompt.structured_prompt(records, global_max, rule_cap)
     return LLMRequest(chat(user, system), tag=tag, temperature=temperature, sample=sample)
@@ -53,7 +53,7 @@ async def explain_structured(
     sample: int = 0,
 ) -> tuple[Rule, ...]:
     """Ask for rules; the answer must be a JSON array of {activates_on, strength} (re-asked when malformed)."""
-    from explainers.jsonparse import parse_json_strict
+    from sae_workbench.llm.jsonparse import parse_json_strict
 
     req = structured_request(records, global_max, rule_cap, tag=tag, temperature=temperature, sample=sample)
     parsed = await client.complete_parsed(req, lambda t: parse_rules(parse_json_strict(t), rule_cap))
@@ -64,7 +64,7 @@ async def explain_freetext(
     client: LLMClient, records: Sequence[Record], global_max: float, *, tag: str = ""
 ) -> str:
     """Ask for one sentence explaining the feature."""
-    from explainers.llm import LLMRequest, chat
+    from sae_workbench.llm.client import LLMRequest, chat
 
     system, user = prompt.freetext_prompt(records, global_max)
     parsed = await client.complete_parsed(LLMRequest(chat(user, system), tag=tag), prompt.parse_freetext)

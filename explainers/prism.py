@@ -17,8 +17,8 @@ from typing import Any
 
 import numpy as np
 
-from explainers.lexical import LexicalConfig, lexical_explain
-from explainers.records import Record
+from sae_workbench.examples.records import Record
+from sae_workbench.explainers.lexical import LexicalConfig, lexical_explain
 
 PRISM_VERSION = "prism-v2"  # v2: clusters carry the texts the describer saw
 
@@ -145,7 +145,7 @@ def cluster_labels(embeddings_ND: np.ndarray, config: PrismConfig) -> np.ndarray
         return HDBSCAN(min_cluster_size=2).fit_predict(embeddings_ND).astype(np.int64)
     if config.method != "kmeans":
         raise ValueError(f"unknown clustering method {config.method!r}; use 'kmeans' or 'hdbscan'")
-    from explainers.kmeans import kmeans_labels
+    from sae_workbench.explainers.kmeans import kmeans_labels
 
     # sklearn's KMeans algorithm (k-means++, 10 restarts keep clusters stable) without its per-call overhead.
     return kmeans_labels(embeddings_ND, min(config.k, n), config.seed, n_init=10)
@@ -158,8 +158,8 @@ def lexical_describe(texts: Sequence[HighlightedText]) -> str:
 
 async def llm_describe(client: Any, texts: Sequence[HighlightedText], tag: str = "") -> str:
     """One LLM call with PRISM's labelling prompt for one cluster."""
-    from explainers.llm import LLMRequest, chat
-    from explainers.prompts.prism import label_prompt, parse_description
+    from sae_workbench.explainers.prompts.prism import label_prompt, parse_description
+    from sae_workbench.llm.client import LLMRequest, chat
 
     prompt = label_prompt([t.text for t in texts], [t.summary for t in texts])
     parsed = await client.complete_parsed(LLMRequest(chat(prompt), tag=tag), parse_description)

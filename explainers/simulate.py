@@ -15,11 +15,11 @@ from typing import TYPE_CHECKING, NamedTuple, Protocol
 
 import numpy as np
 
-from explainers.records import MAX_LEVEL, Record, discretise
-from explainers.rules import Rule
+from sae_workbench.examples.records import MAX_LEVEL, Record, discretise
+from sae_workbench.examples.rules import Rule
 
 if TYPE_CHECKING:
-    from explainers.llm import LLMClient
+    from sae_workbench.llm.client import LLMClient
 
 # Spec: the score is undefined (NaN) when the true activations are (numerically) constant.
 MIN_TRUE_VARIANCE = 1e-10
@@ -274,8 +274,8 @@ class LLMSimulator:
 
     async def simulate(self, explanation: str, records: Sequence[Record]) -> list[np.ndarray]:
         """One (T,) prediction array per record, from one LLM call for all records."""
-        from explainers.llm import LLMRequest, chat
-        from explainers.prompts.simulate import parse_predictions, simulate_prompt
+        from sae_workbench.explainers.prompts.simulate import parse_predictions, simulate_prompt
+        from sae_workbench.llm.client import LLMRequest, chat
 
         if not records:
             return []

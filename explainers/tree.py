@@ -23,10 +23,16 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from explainers.lexical import LexicalConfig, LexicalStats, match_rule_text, norm, select_candidates
-from explainers.records import Record
-from explainers.rules import DEFAULT_RULE_CAP, Rule
-from explainers.simulate import (
+from sae_workbench.examples.records import Record
+from sae_workbench.examples.rules import DEFAULT_RULE_CAP, Rule
+from sae_workbench.explainers.lexical import (
+    LexicalConfig,
+    LexicalStats,
+    match_rule_text,
+    norm,
+    select_candidates,
+)
+from sae_workbench.explainers.simulate import (
     MemoSimulator,
     PooledTruth,
     Simulator,
@@ -362,10 +368,10 @@ class LLMProposer:
 
     async def roots(self, train: Split, n: int, global_max: float) -> list[tuple[Rule, ...]]:
         """`n` samples of the one-shot structured prompt at the tree temperature, from the train positives."""
-        from explainers.jsonparse import parse_json_strict
-        from explainers.llm import LLMMalformedOutputError
-        from explainers.oneshot import structured_request
-        from explainers.rules import parse_rules
+        from sae_workbench.examples.rules import parse_rules
+        from sae_workbench.explainers.oneshot import structured_request
+        from sae_workbench.llm.client import LLMMalformedOutputError
+        from sae_workbench.llm.jsonparse import parse_json_strict
 
         cap = self.config.rule_cap
         reqs = [
@@ -381,8 +387,8 @@ class LLMProposer:
 
     async def children(self, node: TreeNode, n: int, global_max: float) -> list[tuple[str, tuple[Rule, ...]]]:
         """`n` samples of the revision prompt for this node."""
-        from explainers.llm import LLMMalformedOutputError, LLMRequest, chat
-        from explainers.prompts.tree import parse_revision, revise_prompt
+        from sae_workbench.explainers.prompts.tree import parse_revision, revise_prompt
+        from sae_workbench.llm.client import LLMMalformedOutputError, LLMRequest, chat
 
         cap = self.config.rule_cap
         system, user = revise_prompt(node.rules, node.train_score, node.feedback, cap)

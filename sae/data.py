@@ -19,8 +19,8 @@ from typing import Any, Literal
 import torch
 from transformer_lens import HookedTransformer
 
-from workbench.errors import WorkbenchError
-from workbench.models import stop_layer, validate_hooks
+from sae_workbench.errors import WorkbenchError
+from sae_workbench.models import stop_layer, validate_hooks
 
 log = logging.getLogger(__name__)
 
@@ -71,7 +71,7 @@ def streaming_source(
     mask_policy: Any = None,
 ) -> ChunkSource:
     """A source that runs the model over corpus windows (stopping right after `hook`) and keeps unmasked positions."""
-    from workbench.corpus import iter_windows
+    from sae_workbench.corpus import iter_windows
 
     validate_hooks(model, [hook])
     stop_at = stop_layer([hook], model.cfg.n_layers)
@@ -109,8 +109,8 @@ def streaming_source(
 def cache_source(folder: Path, hook: str) -> ChunkSource:
     """A source over an activation cache folder written by `workbench cache`: chunk i is shard i with its masked
     positions (BOS, specials, outliers) dropped. NaN/inf are left for the batcher to report by shard."""
-    from workbench.activations import ActivationCache
-    from workbench.errors import CacheMismatchError
+    from sae_workbench.activations import ActivationCache
+    from sae_workbench.errors import CacheMismatchError
 
     cache = ActivationCache(folder)
     if hook not in cache.manifest.hooks:

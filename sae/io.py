@@ -28,8 +28,8 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from transformer_lens import HookedTransformer
 
-from workbench.errors import WorkbenchError
-from workbench.models import stop_layer, validate_hooks
+from sae_workbench.errors import WorkbenchError
+from sae_workbench.models import stop_layer, validate_hooks
 
 log = logging.getLogger(__name__)
 

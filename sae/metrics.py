@@ -21,8 +21,8 @@ from sae_lens import SAE
 from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer
 
-from workbench import paths
-from workbench.models import stop_layer
+from sae_workbench import paths
+from sae_workbench.models import stop_layer
 
 METRICS_FILENAME = "metrics.json"
 # A feature firing on more than 10% of tokens counts as dense (SAEBench's core eval uses the same cut-off).

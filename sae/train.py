@@ -1,7 +1,7 @@
 """Train an SAE with sae-lens's SAETrainer on our own activation data (streaming or cache), with checkpoints,
 resume after a kill, NaN/inf handling, a progress bar and a local JSONL log.
 
-    from sae.data import streaming_source
+    from sae_workbench.sae.data import streaming_source
     source = streaming_source(model, "blocks.3.hook_resid_post", resolve_corpus("default"))
     result = train_sae(source, d_in=576, cfg=TrainConfig(architecture="topk", n_tokens=2_000_000), out=Path("runs/t"))
 
@@ -29,11 +29,11 @@ from sae_lens.saes.sae import TrainStepOutput
 from sae_lens.saes.topk_sae import TopKTrainingSAEConfig
 from tqdm.auto import tqdm
 
-from sae.data import ChunkSource, NanPolicy, ShuffledBatches
-from sae.io import UnknownArchitectureError, compute_sae_id, save_sae
-from sae.sparse_step import SparseTopKTrainingSAE
-from workbench import paths
-from workbench.errors import WorkbenchError
+from sae_workbench import paths
+from sae_workbench.errors import WorkbenchError
+from sae_workbench.sae.data import ChunkSource, NanPolicy, ShuffledBatches
+from sae_workbench.sae.io import UnknownArchitectureError, compute_sae_id, save_sae
+from sae_workbench.sae.sparse_step import SparseTopKTrainingSAE
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ torch.set_num_threads(min(2, os.cpu_count() or 1))
 @pytest.fixture(scope="session")
 def tiny_model():
     """A randomly initialised 2-layer HookedTransformer with SmolLM2's tokenizer."""
-    from workbench.models import load_model
+    from sae_workbench.models import load_model
 
     return load_model("tiny")
 
@@ -23,7 +23,7 @@ def tiny_model():
 @pytest.fixture(scope="session")
 def smollm2():
     """The real embedded default model (converted once per WORKBENCH_HOME)."""
-    from workbench.models import load_model
+    from sae_workbench.models import load_model
 
     return load_model("smollm2-135m")
 
@@ -37,6 +37,6 @@ def workdir(tmp_path: Path) -> Path:
 @pytest.fixture(scope="session")
 def app_sample_store(tmp_path_factory: pytest.TempPathFactory):
     """A small real store for the app's tests: tiny model + TopK SAE indexed over real text, with explanations."""
-    from app.sample_store import build_sample_store
+    from tests.app.sample_store import build_sample_store
 
     return build_sample_store(tmp_path_factory.mktemp("app_sample"))

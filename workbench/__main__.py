@@ -1,5 +1,5 @@
-"""`python -m workbench` — same as the `workbench` console script."""
+"""`python -m sae_workbench` — same as the `workbench` console script."""
 
-from workbench.cli import main
+from sae_workbench.cli import main
 
 main()

@@ -41,11 +41,11 @@ from safetensors.torch import save as st_save
 from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer
 
-import workbench
-from workbench import paths
-from workbench.corpus import Corpus, MaskPolicy, default_bos_id, iter_windows
-from workbench.errors import CacheCorruptError, CacheMismatchError, WorkbenchError
-from workbench.models import check_context_size, stop_layer, validate_hooks
+import sae_workbench
+from sae_workbench import paths
+from sae_workbench.corpus import Corpus, MaskPolicy, default_bos_id, iter_windows
+from sae_workbench.errors import CacheCorruptError, CacheMismatchError, WorkbenchError
+from sae_workbench.models import check_context_size, stop_layer, validate_hooks
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class CacheManifest:
     """ISO time the cache folder was created."""
     updated_at: str = ""
     """ISO time of the last shard."""
-    workbench_version: str = workbench.__version__
+    workbench_version: str = sae_workbench.__version__
     """Version of the workbench that wrote it."""
     format_version: int = FORMAT_VERSION
     """Layout version of the cache folder."""

@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 
-from workbench.errors import CorpusError
+from sae_workbench.errors import CorpusError
 
 TEXT_SUFFIXES = (".txt", ".jsonl", ".parquet")
 HF_PREFIX = "hf:"
@@ -204,7 +204,7 @@ def _hf_corpus(spec: str) -> Corpus:
 def resolve_corpus(spec: str = "default") -> Corpus:
     """Turn a corpus spec (``default``, a local path, or ``hf:name[:split[:column]]``) into a Corpus."""
     if spec == "default":
-        from workbench.default_corpus import default_corpus_path
+        from sae_workbench.default_corpus import default_corpus_path
 
         path = default_corpus_path()
         corpus = _local_corpus(path)

@@ -23,8 +23,8 @@ import sysconfig
 from collections.abc import Iterator
 from pathlib import Path
 
-from workbench import paths
-from workbench.errors import CorpusError
+from sae_workbench import paths
+from sae_workbench.errors import CorpusError
 
 log = logging.getLogger(__name__)
 

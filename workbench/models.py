@@ -25,10 +25,10 @@ from typing import Any
 import torch
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
-from workbench import paths
-from workbench.defaults import DEFAULT_HOOK as DEFAULT_HOOK  # re-exported
-from workbench.defaults import DEFAULT_MODEL as DEFAULT_MODEL  # re-exported
-from workbench.errors import ContextSizeError, HookNotFoundError, UnknownModelError
+from sae_workbench import paths
+from sae_workbench.defaults import DEFAULT_HOOK as DEFAULT_HOOK  # re-exported
+from sae_workbench.defaults import DEFAULT_MODEL as DEFAULT_MODEL  # re-exported
+from sae_workbench.errors import ContextSizeError, HookNotFoundError, UnknownModelError
 
 log = logging.getLogger(__name__)
 

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from app import queries, ui
+from sae_workbench.app import queries, ui
 
 ui.page_setup()
 path = ui.require_store()

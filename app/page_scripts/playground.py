@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from app import queries, render, ui
+from sae_workbench.app import queries, render, ui
 
 ui.page_setup()
 path = ui.require_store()

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from explainers.records import Record, format_record, format_record_nonzero, nonzero_fraction
+from sae_workbench.examples.records import Record, format_record, format_record_nonzero, nonzero_fraction
 
 # Tree paper: repeat the records without zeros when fewer than 20% of values are non-zero.
 SPARSE_REPEAT_FRACTION = 0.2

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from explainers.prompts.examples import format_examples
-from explainers.records import Record
+from sae_workbench.examples.records import Record
+from sae_workbench.explainers.prompts.examples import format_examples
 
 PROMPT_VERSION = "oneshot-v1"
 

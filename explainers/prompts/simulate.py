@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from explainers.jsonparse import as_int_list, as_list, as_object, parse_json_strict
-from explainers.records import Record
+from sae_workbench.examples.records import Record
+from sae_workbench.llm.jsonparse import as_int_list, as_list, as_object, parse_json_strict
 
 PROMPT_VERSION = "simulate-v1"
 

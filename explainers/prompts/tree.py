@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from explainers.jsonparse import JSONParseError, extract_json
-from explainers.rules import Rule, parse_rules, rules_to_json
-from explainers.simulate import TokenFeedback
+from sae_workbench.examples.rules import Rule, parse_rules, rules_to_json
+from sae_workbench.explainers.simulate import TokenFeedback
+from sae_workbench.llm.jsonparse import JSONParseError, extract_json
 
 PROMPT_VERSION = "tree-revise-v1"
 

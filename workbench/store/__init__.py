@@ -1,6 +1,6 @@
 """The DuckDB feature store — the contract between all stages. ALL SQL of the workbench lives in this package.
 
-    from workbench.store import Store
+    from sae_workbench.store import Store
     store = Store.open("runs/store.duckdb")               # writer (creates + migrates)
     app_store = Store.open("runs/store.duckdb", read_only=True)   # reader (the Streamlit app)
 
@@ -75,7 +75,7 @@ Public API of `Store` (records are frozen dataclasses from `workbench.store.reco
   workbench.store.export.export_neuronpedia(store, sae_id, path, ...) -> int   (gzipped JSONL)
 """
 
-from workbench.store.errors import (
+from sae_workbench.store.errors import (
     NotIndexedError,
     SAEConflictError,
     SchemaVersionError,
@@ -86,7 +86,7 @@ from workbench.store.errors import (
     StoreReadOnlyError,
     UnknownSAEError,
 )
-from workbench.store.records import (
+from sae_workbench.store.records import (
     EvalRecord,
     Example,
     ExplanationRecord,
@@ -100,7 +100,7 @@ from workbench.store.records import (
     WindowEmbeddings,
     WindowMaxima,
 )
-from workbench.store.store import IndexConfigError, Store
+from sae_workbench.store.store import IndexConfigError, Store
 
 __all__ = [
     "EvalRecord",

@@ -33,7 +33,7 @@ from pathlib import Path
 
 import duckdb
 
-from workbench.store.errors import StoreBusyError, StoreCorruptError, StoreNotFoundError
+from sae_workbench.store.errors import StoreBusyError, StoreCorruptError, StoreNotFoundError
 
 log = logging.getLogger(__name__)
 

@@ -1,6 +1,6 @@
 """Typed errors of the feature store. Each message says what went wrong and what to do."""
 
-from workbench.errors import WorkbenchError
+from sae_workbench.errors import WorkbenchError
 
 
 class StoreError(WorkbenchError):

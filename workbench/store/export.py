@@ -13,8 +13,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from workbench.models import hook_layer
-from workbench.store.store import Store
+from sae_workbench.models import hook_layer
+from sae_workbench.store.store import Store
 
 
 def neuronpedia_feature_id(model: str, layer: int, set_name: str, feature: int) -> str:

@@ -14,9 +14,9 @@ import duckdb
 import numpy as np
 import pyarrow as pa
 
-from workbench.store import vectors
-from workbench.store.connection import HUB, close_connection, open_connection
-from workbench.store.errors import (
+from sae_workbench.store import vectors
+from sae_workbench.store.connection import HUB, close_connection, open_connection
+from sae_workbench.store.errors import (
     NotIndexedError,
     SAEConflictError,
     SchemaVersionError,
@@ -24,9 +24,9 @@ from workbench.store.errors import (
     StoreReadOnlyError,
     UnknownSAEError,
 )
-from workbench.store.feature_rows import ROWS_CAP, FeatureRows
-from workbench.store.migrations import LATEST_VERSION, MIGRATIONS, statements
-from workbench.store.records import (
+from sae_workbench.store.feature_rows import ROWS_CAP, FeatureRows
+from sae_workbench.store.migrations import LATEST_VERSION, MIGRATIONS, statements
+from sae_workbench.store.records import (
     EvalRecord,
     Example,
     ExplanationRecord,

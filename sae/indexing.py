@@ -1,0 +1,363 @@
+"""Index an SAE over a corpus: model forward (stop_at_layer) + SAE encode → sparse activations in the store,
+then per-feature statistics computed in SQL and vectorised numpy (no per-feature Python loops over the data).
+
+    workbench index --store runs/store.duckdb --sae runs/topk-8x --tokens 1000000
+
+Resumable and idempotent: every committed transaction stores windows, activation rows and the progress marker
+together, so a killed run resumes at the first uncommitted window, and indexing the same SAE again adds nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import scipy.sparse as sp
+import torch
+from sae_lens import SAE
+from tqdm.auto import tqdm
+from transformer_lens import HookedTransformer
+
+from sae_workbench.corpus import Corpus, MaskPolicy, WindowBatch, default_bos_id, iter_windows
+from sae_workbench.errors import WorkbenchError
+from sae_workbench.models import check_context_size, stop_layer, validate_hooks
+from sae_workbench.store import Store
+
+log = logging.getLogger(__name__)
+
+# Vocabulary display strings are computed once per tokenizer (id → decoded single token).
+_VOCAB_STRINGS: dict[int, np.ndarray] = {}
+
+
+class SAEHookMismatchError(WorkbenchError):
+    """The SAE was trained on a different hook than the one it is being indexed on."""
+
+
+@dataclass(frozen=True)
+class IndexConfig:
+    """Settings of one indexing run (the first three are fixed for an SAE once indexing starts)."""
+
+    context_size: int = 128
+    """Tokens per window, BOS included."""
+    top_k: int | None = None
+    """Keep only the k largest activations per token (None: every non-zero)."""
+    batch_size: int = 32
+    """Windows per forward pass."""
+    commit_tokens: int = 65_536
+    """Tokens per write transaction (a killed run loses at most this much work)."""
+    n_logit_tokens: int = 10
+    """Logit-lens tokens kept per feature, top and bottom."""
+    n_neighbours: int = 10
+    """Decoder-cosine and co-occurrence neighbours kept per feature."""
+    compute_stats: bool = True
+    """Compute per-feature statistics after indexing."""
+
+
+@dataclass(frozen=True)
+class IndexResult:
+    """What an indexing call did."""
+
+    sae_id: str
+    """The SAE's content id."""
+    new_windows: int
+    """Windows indexed by this call (0 when everything was already done)."""
+    new_tokens: int
+    """Tokens of those windows (BOS included)."""
+    new_rows: int
+    """Activation rows written by this call."""
+    seconds: float
+    """Wall time of the indexing loop (stats excluded)."""
+
+    @property
+    def tokens_per_s(self) -> float:
+        """Indexing throughput."""
+        return self.new_tokens / self.seconds if self.seconds > 0 else 0.0
+
+
+def check_sae_hook(sae: SAE[Any], model: HookedTransformer, hook: str) -> None:
+    """Raise when the SAE records a different hook, or its width does not fit the hook (typed errors)."""
+    from sae_workbench.sae.io import check_sae_matches
+
+    validate_hooks(model, [hook])
+    recorded = getattr(getattr(sae.cfg, "metadata", None), "hook_name", None)
+    if recorded and recorded != hook:
+        raise SAEHookMismatchError(
+            f"SAE was trained on hook {recorded!r} but is being indexed on {hook!r}; pass --hook {recorded}."
+        )
+    check_sae_matches(sae, model, hook)
+
+
+def vocab_strings(tokenizer: Any) -> np.ndarray:
+    """Display string of every token id (object array), decoded once per tokenizer."""
+    key = id(tokenizer)
+    if key not in _VOCAB_STRINGS:
+        _VOCAB_STRINGS[key] = np.array(
+            tokenizer.batch_decode([[i] for i in range(len(tokenizer))]), dtype=object
+        )
+    return _VOCAB_STRINGS[key]
+
+
+def sparse_activations(
+    feats_NF: torch.Tensor,
+    mask_N: torch.Tensor,
+    window_ids_N: np.ndarray,
+    positions_N: np.ndarray,
+    top_k: int | None,
+) -> pa.Table:
+    """Turn dense feature activations of N tokens into columnar sparse rows (masked tokens dropped)."""
+    feats_NF = feats_NF * mask_N[:, None].to(feats_NF.dtype)
+    if top_k is not None:
+        values_NK, features_NK = feats_NF.topk(min(top_k, feats_NF.shape[1]), dim=1)
+        keep = values_NK > 0
+        rows = torch.arange(feats_NF.shape[0])[:, None].expand_as(features_NK)[keep]
+        features, values = features_NK[keep], values_NK[keep]
+    else:
+        rows, features = torch.nonzero(feats_NF, as_tuple=True)
+        values = feats_NF[rows, features]
+    rows_np = rows.numpy()
+    return pa.table(
+        {
+            "feature": pa.array(features.numpy().astype(np.int32)),
+            "window_id": pa.array(window_ids_N[rows_np]),
+            "position": pa.array(positions_N[rows_np].astype(np.int16)),
+            "value": pa.array(values.float().numpy()),
+        }
+    )
+
+
+def _encode_batch(
+    model: HookedTransformer, sae: SAE[Any], hook: str, batch: WindowBatch, top_k: int | None
+) -> pa.Table:
+    """Forward one batch to `hook`, encode with the SAE, return sparse rows."""
+    tokens_BT = torch.from_numpy(batch.tokens_BT.astype(np.int64))
+    b, t = tokens_BT.shape
+    with torch.no_grad():
+        _, cache = model.run_with_cache(tokens_BT, names_filter=[hook], stop_at_layer=stop_layer([hook]))
+        acts_BTD = cache[hook]
+        feats_NF = sae.encode(acts_BTD.reshape(b * t, -1).to(sae.dtype))
+    return sparse_activations(
+        feats_NF,
+        torch.from_numpy(batch.mask_BT.reshape(-1)),
+        np.repeat(batch.window_ids, t),
+        np.tile(np.arange(t), b),
+        top_k,
+    )
+
+
+def _window_rows(batches: list[WindowBatch], strings_V: np.ndarray) -> dict[str, Any]:
+    """add_windows keyword arguments for a list of batches."""
+    tokens = np.concatenate([b.tokens_BT for b in batches])
+    return {
+        "window_ids": np.concatenate([b.window_ids for b in batches]),
+        "tokens_BT": tokens,
+        "mask_BT": np.concatenate([b.mask_BT for b in batches]),
+        "texts": [t for b in batches for t in b.texts],
+        "token_strings": strings_V[tokens].tolist(),
+        "sources": [s for b in batches for s in b.sources],
+        "offsets": np.concatenate([b.offsets for b in batches]),
+    }
+
+
+def index_sae(
+    store: Store,
+    model: HookedTransformer,
+    sae: SAE[Any],
+    hook: str,
+    corpus: Corpus,
+    n_tokens: int,
+    config: IndexConfig | None = None,
+    *,
+    model_name: str | None = None,
+    mask_policy: MaskPolicy | None = None,
+    sae_path: str | None = None,
+    sae_metrics: dict[str, Any] | None = None,
+) -> IndexResult:
+    """Index `sae` over the first `n_tokens` tokens of `corpus` into `store` (resuming any earlier run).
+
+    `sae_path` (where the SAE was loaded from) is recorded in its config so the app's playground can reload it;
+    `sae_metrics` (e.g. the metrics.json `workbench train` wrote next to the SAE) are stored with the SAE.
+    """
+    from sae_workbench.sae.io import compute_sae_id
+
+    cfg = config or IndexConfig()
+    name = model_name or model.cfg.model_name
+    check_sae_hook(sae, model, hook)
+    check_context_size(model, cfg.context_size)
+    sae_id = compute_sae_id(sae, name, hook)
+    sae_cfg = {**sae.cfg.to_dict(), **({"path": sae_path} if sae_path else {})}
+    store.register_sae(sae_id, name, hook, sae.cfg.d_in, sae.cfg.d_sae, sae_cfg, sae_metrics)
+    tokenizer = model.tokenizer
+    bos_id = default_bos_id(tokenizer)
+    run_config = {
+        "model": name,
+        "hook": hook,
+        "corpus_fingerprint": corpus.fingerprint,
+        "bos_id": bos_id,
+        "mask_policy": (mask_policy or MaskPolicy()).to_dict(),
+        **dataclasses.asdict(cfg),
+    }
+    progress = store.start_index(sae_id, corpus.name, cfg.context_size, cfg.top_k, run_config)
+    target_windows = n_tokens // cfg.context_size
+    started = time.perf_counter()
+    new_windows = new_rows = 0
+    if progress.next_window < target_windows:
+        strings_V = vocab_strings(tokenizer)
+        bar = tqdm(
+            total=target_windows * cfg.context_size,
+            initial=progress.next_window * cfg.context_size,
+            unit="tok",
+            unit_scale=True,
+            desc=f"index {sae_id[:8]}",
+        )
+        pending: list[WindowBatch] = []
+        pending_acts: list[pa.Table] = []
+
+        def commit() -> None:
+            nonlocal new_windows, new_rows
+            acts = pa.concat_tables(pending_acts)
+            next_window = int(pending[-1].window_ids[-1]) + 1
+            counted = int(sum(b.mask_BT.sum() for b in pending))
+            store.add_index_batch(
+                sae_id, corpus.name, _window_rows(pending, strings_V), acts, next_window, counted
+            )
+            new_windows += sum(len(b.window_ids) for b in pending)
+            new_rows += acts.num_rows
+            pending.clear()
+            pending_acts.clear()
+
+        for batch in iter_windows(
+            corpus,
+            tokenizer,
+            cfg.context_size,
+            bos_id=bos_id,
+            n_tokens=target_windows * cfg.context_size,
+            batch_size=cfg.batch_size,
+            start_window=progress.next_window,
+            mask_policy=mask_policy,
+        ):
+            pending.append(batch)
+            pending_acts.append(_encode_batch(model, sae, hook, batch, cfg.top_k))
+            bar.update(batch.tokens_BT.size)
+            if sum(b.tokens_BT.size for b in pending) >= cfg.commit_tokens:
+                commit()
+        if pending:
+            commit()
+        bar.close()
+    seconds = time.perf_counter() - started
+    progress = store.index_progress(sae_id)
+    assert progress is not None
+    if not progress.finalized:
+        store.finalize_index(sae_id)
+        if cfg.compute_stats:
+            compute_feature_stats(store, sae_id, sae, model, cfg)
+    result = IndexResult(sae_id, new_windows, new_windows * cfg.context_size, new_rows, seconds)
+    log.info(
+        "indexed %s: %d windows, %d rows, %.0f tok/s", sae_id, new_windows, new_rows, result.tokens_per_s
+    )
+    return result
+
+
+def _top_k_rows(scores_FX: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Indices and values of the k largest entries of each row, sorted descending."""
+    k = min(k, scores_FX.shape[1])
+    idx = np.argpartition(-scores_FX, k - 1, axis=1)[:, :k]
+    vals = np.take_along_axis(scores_FX, idx, axis=1)
+    order = np.argsort(-vals, axis=1, kind="stable")
+    return np.take_along_axis(idx, order, axis=1), np.take_along_axis(vals, order, axis=1)
+
+
+def logit_lens(W_dec_FD: np.ndarray, W_U_DV: np.ndarray, k: int, chunk: int = 512) -> dict[str, np.ndarray]:
+    """Top/bottom-k unembedding logits of each decoder row (decoder row × W_U, no final norm), in feature chunks."""
+    n = W_dec_FD.shape[0]
+    top_i, top_v, bot_i, bot_v = [], [], [], []
+    for start in range(0, n, chunk):
+        logits_CV = W_dec_FD[start : start + chunk] @ W_U_DV
+        i, v = _top_k_rows(logits_CV, k)
+        top_i.append(i)
+        top_v.append(v)
+        i, v = _top_k_rows(-logits_CV, k)
+        bot_i.append(i)
+        bot_v.append(-v)
+    return {
+        "top_ids": np.concatenate(top_i),
+        "top_values": np.concatenate(top_v),
+        "bottom_ids": np.concatenate(bot_i),
+        "bottom_values": np.concatenate(bot_v),
+    }
+
+
+def decoder_neighbours(W_dec_FD: np.ndarray, k: int, chunk: int = 1024) -> tuple[np.ndarray, np.ndarray]:
+    """Each feature's k most cosine-similar decoder rows (itself excluded)."""
+    unit_FD = W_dec_FD / np.maximum(np.linalg.norm(W_dec_FD, axis=1, keepdims=True), 1e-12)
+    ids, vals = [], []
+    for start in range(0, len(unit_FD), chunk):
+        cos_CF = unit_FD[start : start + chunk] @ unit_FD.T
+        rows = np.arange(cos_CF.shape[0])
+        cos_CF[rows, rows + start] = -np.inf
+        i, v = _top_k_rows(cos_CF, k)
+        ids.append(i)
+        vals.append(v)
+    return np.concatenate(ids), np.concatenate(vals)
+
+
+def cooccurrence_neighbours(
+    features: np.ndarray, token_keys: np.ndarray, d_sae: int, k: int
+) -> tuple[list[list[int]], list[list[float]]]:
+    """Each feature's k neighbours by Jaccard index over the tokens where both are active (sparse X^T X)."""
+    _, token_idx = np.unique(token_keys, return_inverse=True)
+    n_tok = int(token_idx.max()) + 1 if len(token_idx) else 0
+    X = sp.csr_matrix((np.ones(len(features), np.float32), (token_idx, features)), shape=(n_tok, d_sae))
+    C = (X.T @ X).tocoo()
+    counts_F = np.asarray(X.sum(axis=0)).ravel()
+    off_diag = C.row != C.col
+    rows, cols, inter = C.row[off_diag], C.col[off_diag], C.data[off_diag]
+    jaccard = inter / (counts_F[rows] + counts_F[cols] - inter)
+    order = np.lexsort((cols, -jaccard, rows))
+    rows, cols, jaccard = rows[order], cols[order], jaccard[order]
+    starts = np.searchsorted(rows, np.arange(d_sae))
+    ends = np.searchsorted(rows, np.arange(d_sae), side="right")
+    ids = [cols[s : min(e, s + k)].tolist() for s, e in zip(starts, ends, strict=True)]
+    vals = [jaccard[s : min(e, s + k)].astype(float).tolist() for s, e in zip(starts, ends, strict=True)]
+    return ids, vals
+
+
+def compute_feature_stats(
+    store: Store, sae_id: str, sae: SAE[Any], model: HookedTransformer, config: IndexConfig | None = None
+) -> None:
+    """Activation statistics (SQL), logit-lens tokens, decoder-cosine and co-occurrence neighbours of every feature."""
+    cfg = config or IndexConfig()
+    progress = store.index_progress(sae_id)
+    assert progress is not None
+    store.compute_activation_stats(sae_id)
+    W_dec_FD = sae.W_dec.detach().float().cpu().numpy()
+    W_U_DV = model.W_U.detach().float().cpu().numpy()
+    strings_V = vocab_strings(model.tokenizer)
+    lens = logit_lens(W_dec_FD, W_U_DV, cfg.n_logit_tokens)
+    dec_ids, dec_cos = decoder_neighbours(W_dec_FD, cfg.n_neighbours)
+    coords = store.activation_coordinates(sae_id)
+    keys = (
+        coords.column("window_id").to_numpy() * progress.context_size + coords.column("position").to_numpy()
+    )
+    cooc_ids, cooc_vals = cooccurrence_neighbours(
+        coords.column("feature").to_numpy(), keys, sae.cfg.d_sae, cfg.n_neighbours
+    )
+    f32 = pa.list_(pa.float32())
+    table = pa.table(
+        {
+            "feature": pa.array(np.arange(sae.cfg.d_sae, dtype=np.int32)),
+            "logit_top_tokens": pa.array(strings_V[lens["top_ids"]].tolist(), pa.list_(pa.string())),
+            "logit_top_values": pa.array(lens["top_values"].tolist(), f32),
+            "logit_bottom_tokens": pa.array(strings_V[lens["bottom_ids"]].tolist(), pa.list_(pa.string())),
+            "logit_bottom_values": pa.array(lens["bottom_values"].tolist(), f32),
+            "decoder_neighbours": pa.array(dec_ids.tolist(), pa.list_(pa.int32())),
+            "decoder_cosines": pa.array(dec_cos.tolist(), f32),
+            "cooc_neighbours": pa.array(cooc_ids, pa.list_(pa.int32())),
+            "cooc_jaccard": pa.array(cooc_vals, f32),
+        }
+    )
+    store.put_feature_neighbours(sae_id, table)

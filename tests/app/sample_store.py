@@ -1,0 +1,187 @@
+"""A small, real store for the app's tests and screenshots: the tiny model + a random TopK SAE indexed over real
+text (including HTML/JS that must render as text), with explanations, scores, negatives and an absorption eval.
+
+    from tests.app.sample_store import build_sample_store
+    sample = build_sample_store(tmp_path)          # -> SampleStore(path, sae_id, sae_dir, ...)
+
+Everything goes through the store's public API and workbench.indexing, exactly as the real stages write it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+HOOK = "blocks.1.hook_resid_post"
+MODEL = "tiny:0"
+XSS_LINE = 'Beware <script>alert("xss")</script> and <img src=x onerror=alert(1)> in the corpus.'
+SAMPLE_TEXT = "\n".join(
+    [
+        "In the beginning God created the heaven and the earth.",
+        "And the earth was without form, and void; and darkness was upon the face of the deep.",
+        "And God said, Let there be light: and there was light.",
+        XSS_LINE,
+        "def parse(text: str) -> list[str]:\n    return [line.strip() for line in text.splitlines()]",
+        "A fool and his money are soon parted; a wise man keeps his counsel.",
+        "The quick brown fox jumps over the lazy dog near the river bank.",
+        "Python's standard library includes modules for json, csv, sqlite3 and email parsing.",
+        "Cost is $5 * 3 = $15, and _emphasis_ or `code` must show literally.",
+        "And God saw the light, that it was good: and God divided the light from the darkness.",
+    ]
+    * 3
+)
+
+
+@dataclass(frozen=True)
+class SampleStore:
+    """What the sample builder made."""
+
+    path: Path
+    """The store file."""
+    sae_id: str
+    """The indexed SAE."""
+    sae_dir: Path
+    """Its SAELens folder (for the Playground)."""
+    d_sae: int
+    """Number of features."""
+    explained_feature: int
+    """A feature with explanations (lexical, PRISM, tree), scores, negatives and an absorption entry."""
+    xss_feature: int
+    """A feature whose top examples include the window with `<script>` / `<img onerror>`."""
+    xss_window: int
+    """That window's id."""
+
+
+def build_sample_store(folder: Path, *, d_sae: int = 128, k: int = 8, seed: int = 0) -> SampleStore:
+    """Index a random TopK SAE on the tiny model over SAMPLE_TEXT and add explanations, scores, samples, evals."""
+    import torch
+    from sae_lens import TopKSAE, TopKSAEConfig
+
+    from sae_workbench.corpus import resolve_corpus
+    from sae_workbench.models import load_model
+    from sae_workbench.sae.indexing import IndexConfig, compute_feature_stats, index_sae
+    from sae_workbench.sae.io import save_sae
+    from sae_workbench.store import Store
+
+    folder.mkdir(parents=True, exist_ok=True)
+    corpus_file = folder / "sample_corpus.txt"
+    corpus_file.write_text(SAMPLE_TEXT)
+    model = load_model(MODEL)
+    torch.manual_seed(seed)
+    sae = TopKSAE(TopKSAEConfig(d_in=model.cfg.d_model, d_sae=d_sae, k=k))
+    sae.cfg.metadata.hook_name = HOOK
+    with torch.no_grad():
+        sae.b_enc.normal_(0, 0.1)
+    sae_dir = save_sae(sae, folder / "sae")
+
+    from sae_workbench.sae.io import compute_sae_id
+
+    store = Store.open(folder / "store.duckdb")
+    sae_id = compute_sae_id(sae, MODEL, HOOK)
+    # Registered first so the cfg records where the files are (the Playground loads them from there).
+    store.register_sae(
+        sae_id, MODEL, HOOK, sae.cfg.d_in, d_sae, {**sae.cfg.to_dict(), "path": str(sae_dir)},
+        {"explained_variance": 0.42, "l0": float(k), "mse": 0.8},
+    )  # fmt: skip
+    cfg = IndexConfig(context_size=32, batch_size=8, commit_tokens=512, compute_stats=False)
+    corpus = resolve_corpus(str(corpus_file))
+    index_sae(store, model, sae, HOOK, corpus, 32 * 1000, cfg, model_name=MODEL)
+    compute_feature_stats(store, sae_id, sae, model, cfg)
+
+    progress = store.index_progress(sae_id)
+    assert progress is not None
+    windows = store.get_windows(progress.corpus, store.indexed_window_ids(sae_id))
+    xss_window = next(w for w in windows if "<script>" in w.text)
+    tag_positions = [i for i, t in enumerate(xss_window.token_strings) if "script" in t or "img" in t]
+    acts_F = np.zeros(d_sae)
+    for f in range(d_sae):  # the feature firing hardest on the tag tokens themselves
+        acts_F[f] = store.window_activations(sae_id, f, [xss_window.window_id])[0, tag_positions].max()
+    xss_feature = -1
+    for f in np.argsort(-acts_F):
+        if acts_F[f] > 0 and xss_window.window_id in [
+            e.window_id for e in store.top_examples(sae_id, int(f), 12)
+        ]:
+            xss_feature = int(f)
+            break
+    table = store.feature_table(sae_id)
+    active = table.column("feature").to_numpy()
+    # A feature active in about half the windows: rich examples and real non-activating windows for negatives.
+    n_windows = table.column("n_windows_active").to_numpy()
+    order = np.argsort(np.abs(n_windows - len(windows) / 2), kind="stable")
+    explained = next(int(active[i]) for i in order if int(active[i]) != xss_feature)
+    _add_explanations(store, sae_id, explained, xss_feature, windows)
+    return SampleStore(
+        folder / "store.duckdb", sae_id, sae_dir, d_sae, explained, xss_feature, xss_window.window_id
+    )
+
+
+def _add_explanations(store, sae_id: str, feature: int, xss_feature: int, windows) -> None:
+    """Explanations (lexical, PRISM with clusters, tree with its tree), scores with both negative kinds, samples,
+    and an absorption eval that names `feature`."""
+    from sae_workbench.store.records import ExplanationRecord, Sample, ScoreRecord
+
+    negatives = store.random_negatives(sae_id, feature, 4, seed=0)
+    store.add_sample(Sample(sae_id, feature, "RANDOM_NEGATIVE", 0, {"k": 4}, negatives))
+    store.add_sample(Sample(sae_id, feature, "SIMILAR_NEGATIVE", 1, {"k": 4, "embedding": "all-MiniLM-L6-v2"},
+                            negatives[::-1]))  # fmt: skip
+    top_ids = [e.window_id for e in store.top_examples(sae_id, feature, 5)]
+    common = {
+        "sae_id": sae_id, "feature": feature, "explainer_version": "1", "llm_params": {}, "sampling": {"k": 5},
+        "example_ids": top_ids, "negative_ids": negatives,
+    }  # fmt: skip
+    texts = {
+        "lexical": ("words about God creating light and the earth", "", {}),
+        "prism": (
+            "two senses: creation narrative; code and library names",
+            "prism-v1",
+            {"clusters": [
+                {"cluster": 0, "description": "creation narrative", "texts": [windows[0].text, windows[2].text]},
+                {"cluster": 1, "description": "Python code <b>tags</b>", "texts": [windows[4].text]},
+            ]},
+        ),
+        "tree": (
+            "the word God at the start of a clause",
+            "tree-v1",
+            {"tree": {"best": 2, "nodes": [
+                {"id": 1, "depth": 0, "text": "religious text", "validation_score": 0.41},
+                {"id": 2, "depth": 1, "text": "the word God at the start of a clause", "validation_score": 0.63},
+                {"id": 3, "depth": 1, "text": "capitalised nouns", "validation_score": 0.22},
+            ]}},
+        ),
+    }  # fmt: skip
+    for explainer, (text, prompt_version, extra) in texts.items():
+        eid = store.add_explanation(
+            ExplanationRecord(
+                explainer=explainer, prompt_version=prompt_version, llm_model="" if explainer == "lexical" else "fake",
+                text=text, config_key=f"{sae_id}/{feature}/{explainer}", extra=extra, tokens_in=120, tokens_out=30,
+                seconds=0.5, **common,
+            )
+        )  # fmt: skip
+        base = {"lexical": 0.8, "prism": 0.75, "tree": 0.9}[explainer]
+        store.add_score(ScoreRecord(eid, "detection", "1", "RANDOM_NEGATIVE", {"balanced_accuracy": base}))
+        store.add_score(
+            ScoreRecord(eid, "detection", "1", "SIMILAR_NEGATIVE", {"balanced_accuracy": base - 0.25})
+        )
+        store.add_score(ScoreRecord(eid, "simulation", "1", "", {"correlation": base - 0.3}))
+    store.add_explanation(
+        ExplanationRecord(
+            sae_id=sae_id, feature=xss_feature, explainer="lexical", explainer_version="1", prompt_version="",
+            llm_model="", llm_params={}, sampling={}, example_ids=[], negative_ids=[],
+            text="HTML tags like <script>alert(1)</script>", config_key=f"{sae_id}/{xss_feature}/lexical",
+        )
+    )  # fmt: skip
+    store.add_eval(
+        sae_id,
+        "absorption_first_letter",
+        {
+            "eval_type_id": "absorption_first_letter",
+            "eval_result_metrics": {"mean": {"mean_absorption_fraction_score": 0.12, "mean_full_absorption_score": 0.05,
+                                             "mean_num_split_features": 1.3}},
+            "eval_result_details": [
+                {"first_letter": "g", "main_feature_ids": [feature], "mean_absorption_fraction": 0.2},
+                {"first_letter": "l", "main_feature_ids": [feature + 1], "mean_absorption_fraction": 0.1},
+            ],
+        },
+    )  # fmt: skip

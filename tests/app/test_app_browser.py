@@ -1,0 +1,150 @@
+"""End to end in a real headless Chromium: `workbench app` serves a sample store; the Feature page shows shaded
+tokens and explanations, HTML in the corpus stays text, and explanation search finds a feature."""
+
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.app.sample_store import SampleStore
+
+pytestmark = [pytest.mark.browser, pytest.mark.slow]
+
+REPO = Path(__file__).resolve().parents[2]
+CHROMIUM = "/usr/bin/chromium"
+CHROMIUM_ARGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait_healthy(url: str, proc: subprocess.Popen, timeout_s: float = 120.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"workbench app exited with {proc.returncode}")
+        try:
+            with urllib.request.urlopen(url + "/_stcore/health", timeout=2) as r:
+                if r.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.5)
+    raise TimeoutError(f"{url} not healthy after {timeout_s}s")
+
+
+@pytest.fixture(scope="module")
+def sample(app_sample_store: SampleStore) -> SampleStore:
+    return app_sample_store
+
+
+@pytest.fixture(scope="module")
+def server(sample: SampleStore) -> Iterator[str]:
+    if not Path(CHROMIUM).exists():
+        pytest.skip("Debian chromium not installed (make system-deps)")
+    port = _free_port()
+    workbench = Path(sys.executable).with_name("workbench")
+    proc = subprocess.Popen(
+        [str(workbench), "app", "--store", str(sample.path), "--port", str(port)],
+        cwd=REPO,
+        env={**os.environ, "HF_HUB_OFFLINE": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+    )
+    url = f"http://127.0.0.1:{port}"
+    try:
+        _wait_healthy(url, proc)
+        yield url
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        b = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS, headless=True)
+        try:
+            yield b
+        finally:
+            b.close()
+
+
+def test_feature_page_shows_tokens_explanations_and_screenshot(
+    server: str, browser, sample: SampleStore
+) -> None:
+    page = browser.new_page(viewport={"width": 1400, "height": 1500})
+    page.goto(f"{server}/feature?sae={sample.sae_id}&feature={sample.explained_feature}")
+    page.get_by_text(f"Feature {sample.explained_feature}", exact=True).wait_for(timeout=60_000)
+    shaded = page.locator("span.wb-tok[style*='background-color']")
+    shaded.first.wait_for(timeout=30_000)
+    assert shaded.count() > 5
+    title = shaded.first.get_attribute("title") or ""
+    assert float(title.split(" ")[0]) > 0  # the activation value is on hover
+    # The newest explanation is the headline; every explanation is listed in its tab.
+    assert page.get_by_text("the word God at the start of a clause").first.is_visible()
+    page.get_by_role("tab", name="Explanations & scores").click()
+    page.get_by_text("words about God creating light and the earth").first.wait_for(timeout=10_000)
+    page.get_by_role("tab", name="Top examples").click()
+    artifacts = REPO / "artifacts"
+    artifacts.mkdir(exist_ok=True)
+    page.screenshot(path=str(artifacts / "app-feature.png"), full_page=False)
+    (REPO / "docs").mkdir(exist_ok=True)
+    shutil.copyfile(artifacts / "app-feature.png", REPO / "docs" / "app-feature.png")
+    page.close()
+
+
+def test_html_in_corpus_renders_as_text(server: str, browser, sample: SampleStore) -> None:
+    page = browser.new_page()
+    dialogs: list[str] = []
+    page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
+    page.goto(f"{server}/feature?sae={sample.sae_id}&feature={sample.xss_feature}&")
+    page.locator("div.wb-tokens").first.wait_for(timeout=60_000)
+    # The headline explanation and the corpus window both contain tags; both must show as text.
+    assert page.get_by_text("HTML tags like <script>alert(1)</script>").first.is_visible()
+    windows = " ".join(page.locator("div.wb-tokens").all_inner_texts())
+    assert "<script>" in windows.replace(" <", "<") or "<img src=x" in windows.replace(" <", "<")
+    assert page.locator("script", has_text="alert").count() == 0
+    assert page.locator("img[src='x']").count() == 0
+    assert dialogs == []
+    page.close()
+
+
+def test_search_by_explanation_finds_the_feature(server: str, browser, sample: SampleStore) -> None:
+    page = browser.new_page()
+    page.goto(f"{server}/search?sae={sample.sae_id}")
+    box = page.get_by_label("Describe a feature")
+    box.wait_for(timeout=60_000)
+    box.fill("God making light and the earth")
+    box.press("Enter")
+    link = page.get_by_role("link", name=f"feature {sample.explained_feature}").first
+    link.wait_for(timeout=120_000)
+    page.screenshot(path=str(REPO / "artifacts" / "app-search.png"))
+    link.click()
+    page.get_by_text(f"Feature {sample.explained_feature}", exact=True).wait_for(timeout=60_000)
+    page.close()

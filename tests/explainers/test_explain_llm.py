@@ -1,0 +1,126 @@
+"""The LLM explainers end to end against the scripted OpenAI-compatible server (tests/fake_llm.py): one-shot, tree
+with LLM proposer + simulator, PRISM labelling, malformed JSON / 429 / 500 / hang, wrong key, endpoint dying."""
+
+import json
+import re
+
+import pytest
+
+from sae_workbench.explainers.job import ExplainConfig, ExplainJob, ExplainJobError
+from sae_workbench.explainers.prism import PrismConfig
+from sae_workbench.llm.config import LLMConfig, LLMNotConfiguredError
+from tests.explainers.test_explain_support import PLANTED_SAE, build_planted_store
+from tests.fake_llm import FakeLLM, Hang, HTTPFault, Reply
+
+
+@pytest.fixture()
+def planted(tmp_path, tiny_model):
+    return build_planted_store(tmp_path, tiny_model.tokenizer)
+
+
+def smart(body: dict) -> Reply:
+    """Answers each prompt kind like a model that knows feature 0/3 fires on LORD (a re-ask like its prompt)."""
+    users = [m["content"] for m in body["messages"] if m["role"] == "user"]
+    user = users[-1]
+    if user.startswith("Your previous answer could not be parsed") and len(users) > 1:
+        user = users[-2]  # which of the concurrent calls gets a scripted fault depends on timing
+    if "NEW EXPLANATION" in user:
+        return Reply('IMPROVEMENT: add God.\nNEW EXPLANATION: [{"activates_on": "\\"lord\\"", "strength": 5}, '
+                     '{"activates_on": "\\"god\\"", "strength": 3}]')  # fmt: skip
+    if '"predictions"' in user:
+        explanation = user.split("\n", 1)[0]
+        word = re.findall(r'"([a-z]+)', explanation.replace('\\"', '"'))
+        rows = []
+        for m in re.finditer(r"Text \d+ \(\d+ tokens\): (\[.*\])", user):
+            toks = json.loads(m.group(1))
+            rows.append([5 if word and t.strip().lower() == word[0] else 0 for t in toks])
+        return Reply(json.dumps({"predictions": rows}))
+    if "JSON array of at most" in user:
+        return Reply('[{"activates_on": "\\"lord\\"", "strength": 5}]')
+    if "Description:" in user:
+        return Reply("Description: Mentions of a deity in scripture.")
+    return Reply("The word LORD in the King James Bible.")
+
+
+def llm(server: FakeLLM, **kw) -> LLMConfig:
+    return LLMConfig(model="fake", base_url=server.base_url, backoff_base_s=0.01, backoff_max_s=0.05, **kw)
+
+
+def test_oneshot_end_to_end_with_retries_and_reask(planted):
+    with FakeLLM(responder=smart) as server:
+        # first calls: a 429, a 500, then malformed JSON for whichever prompt comes first (re-asked)
+        server.push(HTTPFault(429, retry_after="0.01"), HTTPFault(500), Reply("[{not json"))
+        summary = ExplainJob(planted, PLANTED_SAE, ExplainConfig("oneshot"), llm(server), progress=False).run(
+            [0, 2]
+        )
+        assert (summary.explained, summary.dead) == (1, 1)
+        # ≥ 2: a loaded machine can add a connection-level retry on top of the scripted 429 and 500
+        assert summary.usage.retries >= 2 and summary.usage.reasks == 1
+    (e,) = [x for x in planted.explanations(PLANTED_SAE, explainer="oneshot") if x.feature == 0]
+    assert e.rules == [{"activates_on": '"lord"', "strength": 5}]
+    assert e.text == "The word LORD in the King James Bible."
+    assert e.llm_model == "fake" and e.prompt_version == "oneshot-v1" and e.tokens_in > 0 and e.tokens_out > 0
+    assert "api_key" not in json.dumps(e.llm_params).replace("api_key_env", "")
+    # a rerun against a dead endpoint costs nothing: everything is stored
+    again = ExplainJob(planted, PLANTED_SAE, ExplainConfig("oneshot"), llm(server), progress=False).run(
+        [0, 2]
+    )
+    assert again.skipped == 2
+
+
+def test_tree_and_prism_with_llm(planted):
+    with FakeLLM(responder=smart) as server:
+        cfg = ExplainConfig("tree", negatives="RANDOM_NEGATIVE")
+        ExplainJob(planted, PLANTED_SAE, cfg, llm(server), progress=False).run([0])
+        calls_tree = server.calls
+        pcfg = ExplainConfig("prism", prism=PrismConfig(percentile=90.0, n_texts=20, k=2))
+        ExplainJob(planted, PLANTED_SAE, pcfg, llm(server), progress=False).run([3])
+        assert server.calls - calls_tree == 2  # ONE call per cluster
+    (t,) = planted.explanations(PLANTED_SAE, explainer="tree")
+    assert t.extra["proposer"] == "llm" and t.extra["simulator"] == "llm:fake"
+    assert t.extra["valid_score"] > 0.5 and len(t.extra["tree"]) >= 3
+    (p,) = planted.explanations(PLANTED_SAE, explainer="prism")
+    assert [c["description"] for c in p.extra["clusters"]] == ["Mentions of a deity in scripture."] * 2
+
+
+def test_hang_times_out_then_retries(planted):
+    with FakeLLM(responder=smart) as server:
+        server.push(Hang(3.0))
+        cfg = llm(server, timeout_s=0.5)
+        s = ExplainJob(planted, PLANTED_SAE, ExplainConfig("oneshot"), cfg, progress=False).run([3])
+        assert s.explained == 1 and s.usage.retries >= 1
+
+
+def test_wrong_key_one_error_nothing_written(planted, monkeypatch):
+    monkeypatch.setenv("BAD_KEY", "wrong")
+    with FakeLLM(responder=smart, expected_key="right") as server:
+        cfg = llm(server, api_key_env="BAD_KEY")
+        with pytest.raises(ExplainJobError, match="LLMAuthError") as err:
+            ExplainJob(planted, PLANTED_SAE, ExplainConfig("oneshot"), cfg, progress=False).run(range(5))
+        assert "wrong" not in str(err.value)
+    assert [e for e in planted.explanations(PLANTED_SAE) if e.extra.get("status") != "dead"] == []
+
+
+def test_endpoint_dies_mid_job_stops_cleanly_and_resumes(planted):
+    with FakeLLM(responder=smart) as server:
+        cfg = llm(server, max_retries=1)
+        ExplainJob(planted, PLANTED_SAE, ExplainConfig("oneshot"), cfg, concurrency=1, progress=False).run(
+            [0]
+        )
+        server.default = HTTPFault(503)
+        server.responder = None
+        with pytest.raises(ExplainJobError, match="rerun the same command"):
+            ExplainJob(
+                planted, PLANTED_SAE, ExplainConfig("oneshot"), cfg, concurrency=1, progress=False
+            ).run([0, 3, 4])
+        assert {e.feature for e in planted.explanations(PLANTED_SAE)} == {0}
+        server.default, server.responder = None, smart
+        s = ExplainJob(planted, PLANTED_SAE, ExplainConfig("oneshot"), cfg, progress=False).run([0, 3, 4])
+        assert (s.skipped, s.explained) == (1, 2)
+    features = [e.feature for e in planted.explanations(PLANTED_SAE)]
+    assert sorted(features) == [0, 3, 4]
+
+
+def test_oneshot_without_endpoint_is_a_clear_error(planted):
+    with pytest.raises(LLMNotConfiguredError, match="needs an LLM"):
+        ExplainJob(planted, PLANTED_SAE, ExplainConfig("oneshot"), None)

@@ -1,0 +1,100 @@
+"""Golden tests of every prompt's exact text (a change here must bump that prompt's PROMPT_VERSION)."""
+
+import numpy as np
+import pytest
+
+from sae_workbench.examples.records import Record
+from sae_workbench.examples.rules import Rule
+from sae_workbench.explainers.prompts import oneshot, prism, simulate, tree
+from sae_workbench.explainers.simulate import TokenFeedback
+from sae_workbench.llm.jsonparse import JSONParseError
+
+R1 = Record(1, (" The", " LORD", " said"), np.array([0, 4.0, 1.0], "f4"))
+R2 = Record(2, (" a", " b", " c", " d", " e", " f"), np.array([0, 0, 0, 0, 0, 2.0], "f4"))
+TASK = (
+    "Explain what the feature activates on as a JSON array of at most 5 rules, one concept per rule:\n"
+    '[{"activates_on": "<what it fires on, with any context it needs>", "strength": <integer 0..5, its typical '
+    "activation>}]\nReply with the JSON array only."
+)
+
+
+def test_versions():
+    assert (oneshot.PROMPT_VERSION, tree.PROMPT_VERSION, simulate.PROMPT_VERSION, prism.PROMPT_VERSION) == (
+        "oneshot-v1", "tree-revise-v1", "simulate-v1", "prism-label-v1",
+    )  # fmt: skip
+
+
+def test_oneshot_structured_golden():
+    system, user = oneshot.structured_prompt([R1], 4.0, 5)
+    assert system.startswith("You are studying one feature of a sparse autoencoder")
+    assert "token<TAB>activation" in system
+    assert user == "Example 1:\n The\t0\n LORD\t5\n said\t1\n\n" + TASK
+
+
+def test_oneshot_repeats_without_zeros_when_sparse():
+    # 1 of 6 values non-zero (< 20%) → repeated with zeros removed (tree paper)
+    _, user = oneshot.structured_prompt([R2], 4.0, 5)
+    assert user == (
+        "Example 1:\n a\t0\n b\t0\n c\t0\n d\t0\n e\t0\n f\t2\n\n"
+        "The same examples with the zero values removed:\n\nExample 1:\n f\t2\n\n" + TASK
+    )
+
+
+def test_freetext_golden_and_parse():
+    _, user = oneshot.freetext_prompt([R1], 4.0)
+    assert user.endswith("\n\nExplain in one sentence what the feature activates on. Reply with the explanation "
+                         "only, without a preamble.")  # fmt: skip
+    assert oneshot.parse_freetext("  Fires on\n LORD. ") == "Fires on LORD."
+    with pytest.raises(ValueError):
+        oneshot.parse_freetext("[1, 2]")
+
+
+def test_tree_revise_golden_and_parse():
+    fb = [TokenFeedback(" The", 0, 0, "ok"), TokenFeedback(" LORD", 5, 3, "too high")]
+    _, user = tree.revise_prompt([Rule('"lord"', 5)], 0.4242, fb, 5)
+    assert user == (
+        'Current explanation:\n[{"activates_on": "\\"lord\\"", "strength": 5}]\n\n'
+        "Overall score: 0.42\n\n"
+        "The text the explanation fits worst, one token per line as token<TAB>predicted<TAB>actual<TAB>verdict:\n"
+        "' The'\t0\t0\tok\n' LORD'\t5\t3\ttoo high\n\n"
+        "Propose one improvement: add a rule, remove a recent rule, add context a rule requires, or change a "
+        "strength. Keep at most 5 rules, one concept per rule.\n"
+        "Answer in exactly this format:\nIMPROVEMENT: <one sentence>\nNEW EXPLANATION: <JSON array of rules>"
+    )
+    imp, rules = tree.parse_revision(
+        'IMPROVEMENT: add god\nNEW EXPLANATION: [{"activates_on": "god", "strength": 3}]', 5
+    )
+    assert imp == "add god" and rules == (Rule("god", 3),)
+    with pytest.raises(JSONParseError):
+        tree.parse_revision('NEW EXPLANATION: [{"activates_on": "god", "strength": 9}]', 5)
+
+
+def test_simulate_golden_and_strict_parse():
+    _, user = simulate.simulate_prompt('"lord"', [R1])
+    assert user == (
+        'Explanation: "lord"\n\nText 1 (3 tokens): [" The", " LORD", " said"]\n\n'
+        'Reply with JSON only: {"predictions": [[...], ...]} with one list per text, in order, holding one '
+        "integer 0..5 per token."
+    )
+    assert simulate.parse_predictions('{"predictions": [[0, 5, 1]]}', [R1]) == [[0, 5, 1]]
+    for bad in (
+        '{"predictions": [[0, 5]]}',
+        '{"predictions": [[0, 6, 1]]}',
+        "[[0,5,1]]",
+        '{"predictions": [[0, 5, 1]',
+    ):
+        with pytest.raises(ValueError):
+            simulate.parse_predictions(bad, [R1])
+
+
+def test_prism_label_golden():
+    assert prism.label_prompt(["The [ LORD] said"], ["LORD (4.00)"]) == (
+        "You are investigating a feature of a language model. Below are texts where the feature activates; the "
+        "tokens where it activates most are wrapped in [brackets]. A token's activation depends only on the "
+        "earlier tokens of its text.\n"
+        "Describe the common concept the feature responds to, focusing on the [bracketed] spans, in one full "
+        "sentence. Do not list or quote the highlighted words, do not mention the brackets, and do not start with "
+        '"Concepts related to" or "Description:".\n\n'
+        "=== Summary of highlights ===\nText #1: LORD (4.00)\n\n=== Text #1 ===\n> The [ LORD] said\n\nDescription: "
+    )
+    assert prism.parse_description("Description:  A deity.") == "A deity."

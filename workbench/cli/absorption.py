@@ -1,0 +1,163 @@
+"""`workbench absorption`: the feature absorption eval (first-letter task) or the toy model.
+
+    workbench absorption --toy
+    workbench absorption --sae runs/topk-8x --store runs/wb.duckdb --json runs/absorption.json
+
+Residuals at the word tokens are cached on disk by model, layer and settings (a killed run resumes from the last
+saved chunk); with --store, a finished result for the same SAE and settings is reused unless --force.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+import typer
+
+from sae_workbench.errors import WorkbenchError
+
+log = logging.getLogger(__name__)
+
+
+class AbsorptionCLIError(WorkbenchError):
+    """Bad combination of absorption command options."""
+
+
+def _print_toy(seed: int) -> None:
+    """Run the three toy variants and print what they show."""
+    from sae_workbench.evaluation.toy_absorption import run_toy_variants
+
+    typer.echo("toy model (Chanin et al. 2409.14507): 4 orthogonal features in R^50, p(f0)=0.25, others 0.05")
+    typer.echo(
+        f"{'variant':20s} {'absorption':>10s} {'full':>6s} {'enc(f0)·(f0−f1)':>16s} {'dec(f1)·(f0+f1)':>16s}"
+    )
+    for name, r in run_toy_variants(seed).items():
+        typer.echo(
+            f"{name:20s} {r.absorption_fraction:10.3f} {r.full_absorption_rate:6.3f} "
+            f"{r.parent_encoder_cos_f0_minus_f1:16.3f} {r.child_decoder_cos_f0_plus_f1:16.3f}"
+        )
+    typer.echo(
+        "expected: independent ≈ 0; hierarchical ≈ P(f1|f0) = 0.2 with enc ≈ f0−f1, dec ≈ f0+f1; tied ≈ 0"
+    )
+
+
+def _layer_for(sae: Any, layer: int | None) -> int:
+    """The residual layer to probe: --layer, else the SAE's own hook layer, else 3 (SmolLM2 default)."""
+    from sae_workbench.models import hook_layer
+
+    hook = getattr(getattr(sae.cfg, "metadata", None), "hook_name", None)
+    if layer is not None:
+        return layer
+    if hook:
+        if not hook.endswith("hook_resid_post"):
+            raise AbsorptionCLIError(
+                f"the SAE reads {hook}; the first-letter probes read the residual stream (hook_resid_post)."
+            )
+        return hook_layer(hook)
+    return 3
+
+
+def config_key(eval_config: dict[str, Any]) -> str:
+    """Short hash of an eval config, so a store keeps one result per SAE and settings."""
+    return hashlib.sha256(json.dumps(eval_config, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def absorption(
+    toy: bool = typer.Option(False, "--toy", help="Run the synthetic toy model instead of a real SAE."),
+    sae: str | None = typer.Option(
+        None, "--sae", help="SAE to evaluate: SAELens folder, sparsify folder or registry id."
+    ),
+    model: str = typer.Option("smollm2-135m", help="Subject model the SAE was trained on."),
+    layer: int | None = typer.Option(
+        None, help="Residual layer to probe (default: the SAE's hook layer, else 3)."
+    ),
+    store: Path | None = typer.Option(None, help="Feature store (DuckDB) to record the result in."),
+    json_out: Path | None = typer.Option(None, "--json", help="Also write SAEBench-style eval JSON here."),
+    max_words: int | None = typer.Option(
+        None, help="Cap on first-letter words (default: all, ~47k for SmolLM2)."
+    ),
+    n_icl_examples: int = typer.Option(5, help="In-context examples per prompt (SAEBench: 10)."),
+    min_letters: int = typer.Option(
+        20, help="Refuse unless this many letter probes reach F1 > 0.6 (SAEBench: 20)."
+    ),
+    min_probe_f1: float = typer.Option(
+        0.6, help="A letter counts when its probe's F1 exceeds this (SAEBench: 0.6)."
+    ),
+    dtype: str = typer.Option(
+        "float32", help="Model dtype (bfloat16 is ~2.5× faster on CPU, 0.8% different)."
+    ),
+    seed: int = typer.Option(42, help="Seed of the word split, ICL examples and probes."),
+    force: bool = typer.Option(False, help="Recompute even if the store already has this result."),
+) -> None:
+    """Measure feature absorption (Chanin et al. 2409.14507) with SAEBench's metrics, or run the toy model."""
+    if toy:
+        _print_toy(seed if seed != 42 else 0)
+        return
+    if sae is None:
+        raise AbsorptionCLIError(
+            "pass --sae PATH (an SAE trained on --model), or --toy for the synthetic toy model."
+        )
+    from sae_workbench.evaluation.absorption import AbsorptionConfig, run_absorption
+    from sae_workbench.evaluation.probing import ProbingConfig
+    from sae_workbench.evaluation.saebench_json import (
+        EVAL_TYPE_ABSORPTION,
+        absorption_eval_config,
+        absorption_eval_json,
+        write_eval_json,
+    )
+    from sae_workbench.models import load_model
+    from sae_workbench.sae.io import compute_sae_id, load_sae
+
+    loaded = load_sae(sae)
+    cfg = AbsorptionConfig(
+        probing=ProbingConfig(
+            layer=_layer_for(loaded, layer), max_words=max_words, n_icl_examples=n_icl_examples, seed=seed
+        ),
+        min_letters=min_letters,
+        min_probe_f1=min_probe_f1,
+    )
+    hook = cfg.probing.hook()
+    sae_id = compute_sae_id(loaded, model, hook)
+    key = config_key(absorption_eval_config(cfg, model) | {"dtype": dtype})
+    db = None
+    if store is not None:
+        from sae_workbench.store import Store
+
+        db = Store.open(store)
+        done = [
+            e for e in db.evals(sae_id, EVAL_TYPE_ABSORPTION) if e.eval.get("workbench_config_key") == key
+        ]
+        if done and not force:
+            m = done[-1].eval["eval_result_metrics"]["mean"]
+            typer.echo(f"already in {store} (eval {done[-1].id}); --force recomputes. {json.dumps(m)}")
+            return
+    subject = load_model(model, dtype=dtype)
+    result = run_absorption(subject, loaded, cfg)
+    doc = absorption_eval_json(result, cfg, sae_id=sae_id, model_name=model, sae_cfg=loaded.cfg.to_dict())
+    doc["workbench_config_key"] = key
+    if db is not None:
+        db.register_sae(
+            sae_id, model, hook, int(loaded.cfg.d_in), int(loaded.cfg.d_sae), loaded.cfg.to_dict()
+        )
+        eval_id = db.add_eval(sae_id, EVAL_TYPE_ABSORPTION, doc)
+        typer.echo(f"stored as eval {eval_id} for SAE {sae_id} in {store}")
+    if json_out is not None:
+        write_eval_json(doc, json_out)
+        typer.echo(f"wrote {json_out}")
+    m = result.metrics
+    typer.echo(
+        f"mean_absorption_fraction_score={m.mean_absorption_fraction_score:.4f} "
+        f"mean_full_absorption_score={m.mean_full_absorption_score:.4f} "
+        f"mean_num_split_features={m.mean_num_split_features:.2f} "
+        f"({sum(x.included for x in result.letters)}/26 letters with probe F1 > {cfg.min_probe_f1})"
+    )
+    top = result.absorbing_features[:5]
+    for f in top:
+        typer.echo(
+            f"  feature {f.feature_id} absorbs '{f.letter}' on {f.num_tokens} tokens, e.g. {f.tokens[:5]}"
+        )
+    log.debug("config %s", asdict(cfg))

@@ -1,0 +1,71 @@
+"""`workbench explain`: explain many features of an SAE into the store, resumably.
+
+    workbench explain --store runs/store.duckdb --sae <SAE_ID> --explainer lexical --features 0-49
+    workbench explain --store S --sae ID --explainer tree --features all --llm-model gpt-4o-mini
+    workbench explain --store S --sae ID --explainer oneshot --features 0-9 \\
+        --llm-model qwen2.5 --llm-base-url http://localhost:8000/v1 --api-key-env MY_KEY --concurrency 32
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+
+def explain(
+    store: Path = typer.Option(..., help="DuckDB store written by `workbench index`."),
+    sae: str = typer.Option(..., help="SAE id in the store."),
+    explainer: str = typer.Option(
+        "", help="lexical, oneshot, tree or prism (default: oneshot with an LLM endpoint, else lexical)."
+    ),
+    features: str = typer.Option("all", help="'all', a range '0-49', or a list '3,7,9'."),
+    llm_model: str = typer.Option(
+        "", help="Model at an OpenAI-compatible endpoint (or $WORKBENCH_LLM_MODEL)."
+    ),
+    llm_base_url: str = typer.Option(
+        "", help="Endpoint root incl. /v1 (or $WORKBENCH_LLM_BASE_URL); default OpenAI."
+    ),
+    api_key_env: str = typer.Option(
+        "OPENAI_API_KEY", help="Name of the env var holding the key (never stored)."
+    ),
+    concurrency: int = typer.Option(8, help="Features (and LLM calls) in flight at once."),
+    negatives: str = typer.Option(
+        "SIMILAR_NEGATIVE", help="Tree negatives: RANDOM[_NEGATIVE] or SIMILAR[_NEGATIVE]."
+    ),
+    seed: int = typer.Option(0, help="Seed of every random choice."),
+) -> None:
+    """Explain features with the lexical (offline), one-shot, tree or PRISM explainer; rerun to resume."""
+    from sae_workbench.explainers.job import ExplainConfig, ExplainJob, parse_features
+    from sae_workbench.llm.config import LLMNotConfiguredError, endpoint_status
+    from sae_workbench.store import Store
+
+    status = endpoint_status(
+        llm_model or None, llm_base_url or None, api_key_env=api_key_env, concurrency=max(1, concurrency)
+    )
+    name = explainer or ("oneshot" if status.configured else "lexical")
+    if not status.configured:
+        if llm_model or name == "oneshot":
+            raise LLMNotConfiguredError(
+                f"--explainer {name} needs an LLM endpoint: {status.notice.split(';')[0]}. "
+                "Pass --llm-model (and --llm-base-url for a local server) or use --explainer lexical."
+            )
+        typer.secho(
+            f"notice: {status.notice} "
+            + ("" if name == "lexical" else f"({name} runs offline with the lexical proposer/describer.)"),
+            fg="yellow",
+            err=True,
+        )
+    else:
+        typer.echo(status.notice, err=True)
+    st = Store.open(store)
+    sae_row = st.get_sae(sae)
+    job = ExplainJob(
+        st, sae, ExplainConfig(name, negatives=negatives, seed=seed), status.config, concurrency=concurrency
+    )
+    summary = job.run(parse_features(features, sae_row.d_sae))
+    typer.echo(
+        f"explain {name}: {summary.explained} explained, {summary.dead} dead, {summary.skipped} already stored "
+        f"(of {summary.requested}) in {summary.seconds:.1f}s; LLM calls {summary.usage.calls}, "
+        f"tokens {summary.usage.total_tokens}"
+    )

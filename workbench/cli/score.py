@@ -1,0 +1,207 @@
+"""`workbench score` and `workbench report`: score stored explanations, and compare explainers × scorers.
+
+    workbench score --store runs/store.duckdb --sae <id> --scorer simulation --negatives similar_negative
+    workbench score --store S --sae ID --scorer detection --negatives random --llm-model gpt-4o-mini
+    workbench score --store S --sae ID --scorer cosy --sae-path runs/sae   # offline corpus-rule-composer generator
+    workbench score --store S --sae ID --scorer polysemanticity            # PRISM: descriptions vs random baseline
+    workbench score --store S --sae ID --scorer complexity --llm-model M   # an LLM rates each rule 0..5 (no offline)
+    workbench report --store S --sae ID --format md --out report.md
+
+Offline (no --llm-model) the simulator is the lexical one and detection/fuzzing use lexical rule matching — both
+named as such in every stored score. Rerunning a command skips explanations already scored under the same key.
+"""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+import typer
+
+log = logging.getLogger(__name__)
+
+
+def parse_features(text: str | None) -> list[int] | None:
+    """'0,3,10-12' → [0, 3, 10, 11, 12]; None/'' → None (all features)."""
+    if not text:
+        return None
+    out: list[int] = []
+    for part in text.split(","):
+        part = part.strip()
+        if "-" in part:
+            lo, hi = part.split("-", 1)
+            out.extend(range(int(lo), int(hi) + 1))
+        elif part:
+            out.append(int(part))
+    return out
+
+
+def _cosy_backends(
+    store: Any, sae_id: str, sae_path: Path | None, control_size: int, seed: int
+) -> dict[str, Any]:
+    """Activation function, control texts and offline generator snippets for CoSy (loads model + SAE)."""
+    from sae_workbench.corpus import default_bos_id, iter_windows, resolve_corpus
+    from sae_workbench.evaluation.cosy import CorpusSnippet, ModelFeatureMeans
+    from sae_workbench.evaluation.score_job import ScoreConfigError
+    from sae_workbench.models import load_model
+    from sae_workbench.sae.io import compute_sae_id, load_sae
+
+    if sae_path is None:
+        raise ScoreConfigError("--scorer cosy runs the model and the SAE on generated texts: pass --sae-path")
+    record = store.get_sae(sae_id)
+    progress = store.index_progress(sae_id)
+    model = load_model(record.model)
+    sae = load_sae(str(sae_path))
+    if compute_sae_id(sae, record.model, record.hook) != sae_id:
+        raise ScoreConfigError(
+            f"{sae_path} is not SAE {sae_id} (its weights hash differently); pass the SAE you indexed"
+        )
+    bos_id = default_bos_id(model.tokenizer)
+    means = ModelFeatureMeans(model, record.hook, sae.encode, bos_id)
+    # Control = a fixed held-out slice: the windows right after the indexed ones (never explained or scored).
+    corpus = resolve_corpus(progress.corpus)
+    control: list[str] = []
+    for batch in iter_windows(
+        corpus, model.tokenizer, progress.context_size, start_window=progress.next_window, batch_size=256
+    ):
+        control.extend(batch.texts)
+        if len(control) >= control_size:
+            break
+    ids = store.indexed_window_ids(sae_id)[:5000]
+    snippets = [
+        CorpusSnippet(w.window_id, tuple(w.token_strings[1:]))
+        for w in store.get_windows(progress.corpus, ids)
+    ]
+    return {
+        "activation_fn_for": means.for_feature,
+        "control_texts": control[:control_size],
+        "snippets": snippets,
+    }
+
+
+def score(
+    store: Path = typer.Option(..., help="Feature store (DuckDB file)."),
+    sae: str = typer.Option(..., help="SAE id in the store."),
+    scorer: str = typer.Option(
+        ...,
+        help="simulation, detection, fuzzing, embedding, cosy, polysemanticity (PRISM explanations) or complexity "
+        "(an LLM rates each rule 0..5; needs --llm-model).",
+    ),
+    negatives: str = typer.Option(
+        "similar_negative",
+        help="random, random_negative, similar or similar_negative (unused by cosy, polysemanticity, complexity).",
+    ),
+    explainer: str | None = typer.Option(None, help="Only this explainer's explanations (default: all)."),
+    features: str | None = typer.Option(
+        None, help="Features to score, e.g. '0,3,10-20' (default: all explained)."
+    ),
+    n_positives: int = typer.Option(10, help="Positive test records per feature (tree paper: 10)."),
+    n_negatives: int = typer.Option(10, help="Negative test records per feature (tree paper: 10)."),
+    seed: int = typer.Option(0, help="Seed of the test-record draws."),
+    record_length: int | None = typer.Option(None, help="Crop records to this many tokens (paper: 32)."),
+    llm_model: str | None = typer.Option(
+        None, help="LLM for the simulator/classifier/generator (default: offline)."
+    ),
+    llm_base_url: str | None = typer.Option(
+        None, help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1."
+    ),
+    sae_path: Path | None = typer.Option(
+        None, help="SAE folder (cosy runs the model + SAE on generated texts)."
+    ),
+    control_size: int = typer.Option(
+        200, help="CoSy control texts from the held-out corpus slice (paper: 1000)."
+    ),
+    progress: bool = typer.Option(True, help="Show a progress bar."),
+) -> None:
+    """Score stored explanations with one scorer and one negative source; results go into the store."""
+    from sae_workbench.evaluation.complexity import COMPLEXITY_PROMPT_VERSION
+    from sae_workbench.evaluation.cosy import CorpusRuleGenerator, LLMGenerator
+    from sae_workbench.evaluation.detection import LLMClassifier
+    from sae_workbench.evaluation.score_job import ScoreBackends, ScoreConfig, run_scoring
+    from sae_workbench.explainers.simulate import LLMSimulator
+    from sae_workbench.store import Store
+
+    config = ScoreConfig(
+        scorer=scorer,
+        negatives=negatives.upper(),
+        n_positives=n_positives,
+        n_negatives=n_negatives,
+        seed=seed,
+        record_length=record_length,
+    )
+    st = Store.open(store)
+    backends = ScoreBackends()
+    client = None
+    if llm_model:
+        from sae_workbench.llm.cache import StoreCache
+        from sae_workbench.llm.client import LLMClient
+        from sae_workbench.llm.config import LLMConfig
+
+        client = LLMClient(LLMConfig(model=llm_model, base_url=llm_base_url), cache=StoreCache(st))
+        backends.simulator = LLMSimulator(client, tag="score")
+        backends.classifier = LLMClassifier(client)
+        backends.llm_usage = lambda: client.ledger.total.to_dict() if client else {}
+        backends.llm_client = client
+        backends.prompt_version = {
+            "simulation": "simulate-v1",
+            "detection": LLMClassifier.prompt_version("detection"),
+            "fuzzing": LLMClassifier.prompt_version("fuzzing"),
+            "cosy": LLMGenerator.prompt_version,
+            "complexity": COMPLEXITY_PROMPT_VERSION,
+        }.get(scorer, "")
+    if scorer == "cosy":
+        parts = _cosy_backends(st, sae, sae_path, control_size, seed)
+        backends.activation_fn_for = parts["activation_fn_for"]
+        backends.control_texts = parts["control_texts"]
+        backends.generator = (
+            LLMGenerator(client) if client else CorpusRuleGenerator(parts["snippets"], seed=seed)
+        )
+    result = run_scoring(
+        st, sae, config, backends, explainer=explainer, features=parse_features(features), progress=progress
+    )
+    dead = f", {result.dead} dead feature(s) recorded unscored" if result.dead else ""
+    source = config.negatives if scorer not in ("cosy", "polysemanticity", "complexity") else "-"
+    typer.echo(
+        f"{scorer}/{source}: scored {result.scored}, skipped {result.skipped} (already scored), "
+        f"recorded {result.failed} failure(s){dead} in {result.seconds:.1f}s"
+    )
+
+
+def report(
+    store: Path = typer.Option(..., help="Feature store (DuckDB file)."),
+    sae: str = typer.Option(..., help="SAE id in the store."),
+    format: str = typer.Option("md", "--format", help="md or csv."),
+    out: Path | None = typer.Option(None, help="Write here instead of stdout."),
+    features: str | None = typer.Option(None, help="Restrict to features, e.g. '0-99'."),
+) -> None:
+    """Explainers × scorers table for a feature set, with how much close negatives lower scores vs random ones."""
+    from sae_workbench.evaluation.report import (
+        collect_rows,
+        complexity_rows,
+        negative_deltas,
+        polysemanticity_rows,
+        render_csv,
+        render_markdown,
+    )
+    from sae_workbench.evaluation.score_job import ScoreConfigError
+    from sae_workbench.paths import atomic_write_bytes
+    from sae_workbench.store import Store
+
+    if format not in ("md", "csv"):
+        raise ScoreConfigError(f"--format must be md or csv, not {format!r}")
+    st = Store.open(store, read_only=True)
+    st.get_sae(sae)
+    feats = parse_features(features)
+    rows, deltas = collect_rows(st, sae, feats), negative_deltas(st, sae, feats)
+    poly, comp = polysemanticity_rows(st, sae, feats), complexity_rows(st, sae, feats)
+    text = (
+        render_markdown(rows, deltas, f"Scores of SAE {sae}", poly, comp)
+        if format == "md"
+        else render_csv(rows, deltas, poly, comp)
+    )
+    if out is None:
+        typer.echo(text, nl=False)
+    else:
+        atomic_write_bytes(out, text.encode())
+        typer.echo(f"wrote {out}")

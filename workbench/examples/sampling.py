@@ -1,0 +1,253 @@
+"""Example and negative sampling for explainers and scorers: top-k, per-quantile, random examples; random,
+random non-activating and similarity-based close negatives.
+
+Close negatives follow Ma, Pfrommer & Sojoudi, "Revising and Falsifying Sparse Autoencoder Feature Explanations"
+(NeurIPS 2025), see shared/specs/tree-explainer.md: every window's text is embedded once (stored in the store);
+the reference set is the feature's 400 highest-activating windows; a window's similarity is the cosine to the mean
+of the reference set's normalised embeddings (the same ranking as its mean cosine to the reference set); positives
+are excluded, and SIMILAR_NEGATIVE keeps windows whose max activation ≤ threshold (0); exact top-k over the whole
+indexed corpus (30 by default, which the tree explainer splits 10/10/10).
+
+    ensure_window_embeddings(store, sae_id)                   # once per corpus (writes)
+    sample = draw_negatives(store, sae_id, feature, NegativeSource.SIMILAR_NEGATIVE, k=30, seed=0)
+    sample.window_ids, sample.id                              # stored with its seed and config
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from sae_workbench.embeddings import DEFAULT_EMBEDDING_MODEL, embed_texts
+from sae_workbench.errors import WorkbenchError
+from sae_workbench.store import Sample, Store, WindowEmbeddings
+
+log = logging.getLogger(__name__)
+
+# Paper constants (Ma et al. 2025, §close negatives): 400 reference windows, 30 negatives split 10/10/10.
+REFERENCE_SIZE = 400
+CLOSE_NEGATIVES = 30
+
+
+class NegativeSource(StrEnum):
+    """Where negatives come from (Ma et al. 2025); SIMILAR_NEGATIVE is the default."""
+
+    RANDOM = "RANDOM"
+    """Any indexed window, uniformly."""
+    RANDOM_NEGATIVE = "RANDOM_NEGATIVE"
+    """Uniform over windows whose max activation ≤ threshold."""
+    SIMILAR = "SIMILAR"
+    """Most similar windows to the reference set, any activation (positives excluded)."""
+    SIMILAR_NEGATIVE = "SIMILAR_NEGATIVE"
+    """Most similar windows whose max activation ≤ threshold (positives excluded)."""
+
+
+class ExampleSource(StrEnum):
+    """How activating examples are drawn."""
+
+    TOP = "TOP"
+    """The k highest-activating windows."""
+    QUANTILE = "QUANTILE"
+    """Equal-count activation quantile bins, a few per bin."""
+    RANDOM_ACTIVATING = "RANDOM_ACTIVATING"
+    """Uniform over activating windows."""
+
+
+class MissingEmbeddingsError(WorkbenchError):
+    """Similarity-based negatives need embeddings of every indexed window."""
+
+
+@dataclass(frozen=True)
+class NegativeConfig:
+    """Parameters of negative sampling."""
+
+    reference_size: int = REFERENCE_SIZE
+    """Top-activating windows forming the reference set (paper: 400)."""
+    threshold: float = 0.0
+    """A negative's max activation must be ≤ this (paper: 0)."""
+    embedding_model: str = DEFAULT_EMBEDDING_MODEL
+    """sentence-transformers model of the stored window embeddings."""
+
+
+def ensure_window_embeddings(
+    store: Store, sae_id: str, model: str = DEFAULT_EMBEDDING_MODEL, chunk: int = 512
+) -> int:
+    """Embed (once) every stored window of the SAE's corpus that lacks an embedding; return how many were added."""
+    progress = store.index_progress(sae_id)
+    if progress is None:
+        raise MissingEmbeddingsError(f"SAE {sae_id} is not indexed; run `workbench index` first.")
+    missing = store.windows_missing_embeddings(progress.corpus, model)
+    for start in tqdm(range(0, len(missing), chunk), desc="embed windows", disable=len(missing) <= chunk):
+        ids = missing[start : start + chunk]
+        vectors = embed_texts(store.window_texts(progress.corpus, ids), model)
+        store.add_window_embeddings(progress.corpus, model, ids, vectors)
+    if len(missing):
+        cached_window_embeddings(
+            store, progress.corpus, model
+        )  # writes the memory-mapped copy for later processes
+    return len(missing)
+
+
+# Embeddings are append-only per (store, corpus, model): a cached copy is valid while the row count is unchanged.
+_EMBEDDING_CACHE: dict[tuple[str, str, str], tuple[int, WindowEmbeddings]] = {}
+
+
+def cached_window_embeddings(store: Store, corpus: str, model: str) -> WindowEmbeddings:
+    """store.window_embeddings (memory-mapped once a copy exists), cached per process while the row count holds."""
+    key = (str(store.path.resolve()), corpus, model)
+    count = store.embedding_count(corpus, model)
+    hit = _EMBEDDING_CACHE.get(key)
+    if hit is not None and hit[0] == count:
+        return hit[1]
+    embeddings = store.window_embeddings(corpus, model)
+    _EMBEDDING_CACHE.clear()  # keep one corpus in memory (100k × 384 float32 ≈ 150 MB)
+    _EMBEDDING_CACHE[key] = (len(embeddings.window_ids), embeddings)
+    return embeddings
+
+
+def reference_similarity(embeddings_ND: np.ndarray, reference_rows: np.ndarray) -> np.ndarray:
+    """(N,) float32 cosine of each (unit-norm) embedding to the mean of the reference rows' unit-norm embeddings."""
+    mean_D = np.asarray(embeddings_ND[np.sort(reference_rows)], dtype=np.float32).mean(
+        axis=0, dtype=np.float32
+    )
+    norm = float(np.linalg.norm(mean_D))
+    if norm == 0:
+        return np.zeros(len(embeddings_ND), np.float32)
+    return np.asarray(embeddings_ND @ (mean_D / norm).astype(np.float32), dtype=np.float32)
+
+
+def top_k_by_score(ids: np.ndarray, scores: np.ndarray, k: int) -> np.ndarray:
+    """The k ids with the highest scores, ordered by decreasing score then increasing id (exact, ties included).
+
+    argpartition finds the k-th best score in O(N); only the candidates at least that good are sorted.
+    """
+    if k <= 0 or len(ids) == 0:
+        return ids[:0]
+    if len(ids) > k:
+        kth = np.partition(scores, len(scores) - k)[len(scores) - k]
+        sel = np.flatnonzero(scores >= kth)
+        ids, scores = ids[sel], scores[sel]
+    return ids[np.lexsort((ids, -scores))[:k]]
+
+
+def close_negatives(
+    store: Store, sae_id: str, feature: int, k: int = CLOSE_NEGATIVES, config: NegativeConfig | None = None,
+    require_negative: bool = True, exclude: Sequence[int] | np.ndarray = (),
+) -> list[int]:  # fmt: skip
+    """Exact top-k most similar windows to the feature's top activating windows (non-activating unless
+    `require_negative` is False; never a window in `exclude`), ordered by decreasing similarity, ties by window id."""
+    with store.session():  # one connection for the five reads below
+        return _close_negatives(
+            store, sae_id, feature, k, config or NegativeConfig(), require_negative, exclude
+        )
+
+
+def _close_negatives(
+    store: Store, sae_id: str, feature: int, k: int, cfg: NegativeConfig, require_negative: bool,
+    extra_exclude: Sequence[int] | np.ndarray = (),
+) -> list[int]:  # fmt: skip
+    """close_negatives inside an open session."""
+    progress = store.index_progress(sae_id)
+    if progress is None:
+        raise MissingEmbeddingsError(f"SAE {sae_id} is not indexed; run `workbench index` first.")
+    indexed = store.indexed_window_ids(sae_id)
+    emb = cached_window_embeddings(store, progress.corpus, cfg.embedding_model)
+    rows = np.searchsorted(emb.window_ids, indexed)
+    rows = np.minimum(rows, max(len(emb.window_ids) - 1, 0))
+    if len(emb.window_ids) == 0 or not np.array_equal(emb.window_ids[rows], indexed):
+        raise MissingEmbeddingsError(
+            f"windows of corpus {progress.corpus!r} lack {cfg.embedding_model} embeddings; run "
+            "explainers.sampling.ensure_window_embeddings(store, sae_id) once (it embeds every window)."
+        )
+    positives = store.top_examples(sae_id, feature, cfg.reference_size)
+    if not positives:
+        return []
+    pos_ids = np.array([p.window_id for p in positives], dtype=np.int64)
+    # Similarity of every embedded window (one float32 mat-vec over the whole, possibly memory-mapped, matrix —
+    # no gathered copy of it), then read off the indexed ones.
+    similarity_N = reference_similarity(emb.embeddings_ND, rows[np.searchsorted(indexed, pos_ids)])[rows]
+    exclude = pos_ids
+    if require_negative:
+        maxima = store.window_maxima(sae_id, feature)
+        exclude = np.union1d(pos_ids, maxima.window_ids[maxima.values > cfg.threshold])
+    if len(extra_exclude):
+        exclude = np.union1d(exclude, np.asarray(extra_exclude, dtype=np.int64))
+    keep_N = ~np.isin(indexed, exclude, assume_unique=True)
+    return [int(i) for i in top_k_by_score(indexed[keep_N], similarity_N[keep_N], k)]
+
+
+def draw_negatives(
+    store: Store,
+    sae_id: str,
+    feature: int,
+    source: NegativeSource = NegativeSource.SIMILAR_NEGATIVE,
+    k: int = CLOSE_NEGATIVES,
+    seed: int = 0,
+    config: NegativeConfig | None = None,
+    exclude: Sequence[int] | np.ndarray = (),
+) -> Sample:
+    """Draw negatives from `source` (never a window in `exclude`, e.g. a scorer's positives), store the sample
+    (ids, seed, config) and return it."""
+    cfg = config or NegativeConfig()
+    rng = np.random.default_rng(seed)
+    excluded = np.unique(np.asarray(exclude, dtype=np.int64))
+    if source is NegativeSource.RANDOM:
+        indexed = np.setdiff1d(store.indexed_window_ids(sae_id), excluded, assume_unique=True)
+        ids = [int(i) for i in rng.choice(indexed, size=min(k, len(indexed)), replace=False)]
+    elif source is NegativeSource.RANDOM_NEGATIVE:
+        # A uniform random order minus the excluded ids is a uniform random order of the rest.
+        drawn = store.random_negatives(sae_id, feature, k + len(excluded), seed=seed, threshold=cfg.threshold)
+        skip = set(excluded.tolist())
+        ids = [i for i in drawn if i not in skip][:k]
+    else:
+        ids = close_negatives(
+            store, sae_id, feature, k, cfg, require_negative=source is NegativeSource.SIMILAR_NEGATIVE,
+            exclude=excluded,
+        )  # fmt: skip
+    sample = Sample(sae_id, int(feature), source.value, seed, negative_params(k, cfg, excluded), ids)
+    return Sample(**{**asdict(sample), "id": store.add_sample(sample)})
+
+
+def negative_params(
+    k: int, config: NegativeConfig, exclude: Sequence[int] | np.ndarray = ()
+) -> dict[str, Any]:
+    """The config a negative sample is stored with (k, NegativeConfig, and a digest of the excluded ids)."""
+    params: dict[str, Any] = {"k": k, **asdict(config)}
+    excluded = np.unique(np.asarray(exclude, dtype=np.int64))
+    if len(excluded):
+        digest = hashlib.sha256(excluded.tobytes()).hexdigest()[:16]
+        params.update(n_excluded=len(excluded), excluded_sha256=digest)
+    return params
+
+
+def draw_examples(
+    store: Store,
+    sae_id: str,
+    feature: int,
+    source: ExampleSource = ExampleSource.TOP,
+    k: int = 20,
+    seed: int = 0,
+    n_quantiles: int = 10,
+) -> Sample:
+    """Draw activating examples (top / per-quantile / random), store the sample and return it."""
+    if source is ExampleSource.TOP:
+        examples = store.top_examples(sae_id, feature, k)
+    elif source is ExampleSource.QUANTILE:
+        examples = store.quantile_examples(sae_id, feature, n_quantiles, max(1, k // n_quantiles), seed)
+    else:
+        examples = store.random_examples(sae_id, feature, k, seed)
+    config = {"k": k, "n_quantiles": n_quantiles} if source is ExampleSource.QUANTILE else {"k": k}
+    sample = Sample(sae_id, int(feature), source.value, seed, config, [e.window_id for e in examples])
+    return Sample(**{**asdict(sample), "id": store.add_sample(sample)})
+
+
+def split_sample(window_ids: list[int], n_parts: int = 3) -> list[list[int]]:
+    """Split ids into `n_parts` consecutive, near-equal parts (the paper's 10/10/10 split of 30 negatives)."""
+    return [part.tolist() for part in np.array_split(np.asarray(window_ids, dtype=np.int64), n_parts)]
