@@ -17,20 +17,18 @@ import hashlib
 import json
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from sae_workbench.evaluation.prompts.complexity import COMPLEXITY_PROMPT_VERSION, complexity_messages
+from sae_workbench.evaluation.results import ScoreJobResult
 from sae_workbench.examples.rules import parse_rules
 from sae_workbench.llm.client import LLMClient, LLMMalformedOutputError, LLMRequest
 from sae_workbench.llm.config import LLMNotConfiguredError
 from sae_workbench.llm.jsonparse import as_int_list, parse_json_strict
 from sae_workbench.store import ScoreRecord, Store
-
-if TYPE_CHECKING:
-    from sae_workbench.evaluation.score_job import ScoreJobResult
 
 COMPLEXITY_SCORER_VERSION = "complexity-llm-v1"
 # Tree paper: ratings are integers 0..5.
@@ -109,8 +107,6 @@ async def run_complexity(
     progress: bool = True,
 ) -> ScoreJobResult:
     """Rate the rules of the SAE's explanations (optionally one explainer's, some features') and store each score."""
-    from sae_workbench.evaluation.score_job import ScoreJobResult
-
     llm = require_client(client)
     t0 = time.perf_counter()
     wanted = None if features is None else {int(f) for f in features}

@@ -23,18 +23,16 @@ import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
 
 from sae_workbench.evaluation.complexity import COMPLEXITY_PROMPT_VERSION, rate_complexity
+from sae_workbench.evaluation.results import ScoreJobResult
 from sae_workbench.evaluation.scoring import MeanCI, t_confidence_interval
 from sae_workbench.explainers.prism import cluster_descriptions
 from sae_workbench.store import ScoreRecord, Store
-
-if TYPE_CHECKING:
-    from sae_workbench.evaluation.score_job import ScoreJobResult
 
 __all__ = [
     "COMPLEXITY_PROMPT_VERSION",
@@ -143,8 +141,6 @@ def run_prism_polysemanticity(
     Only explanations that carry clusters (PRISM) are scored; `explainer=None` means "prism". The baseline pool is
     every description of the other features' explanations by the same explainer.
     """
-    from sae_workbench.evaluation.score_job import ScoreJobResult
-
     t0 = time.perf_counter()
     rows = [e for e in store.explanations(sae_id=sae_id, explainer=explainer or "prism") if e.id is not None]
     wanted = None if features is None else {int(f) for f in features}

@@ -55,6 +55,7 @@ from sae_workbench.evaluation.detection import (
 )
 from sae_workbench.evaluation.embedding_scorer import EMBEDDING_SCORER_VERSION, Embedder, embedding_auroc
 from sae_workbench.evaluation.polysemanticity import POLYSEMANTICITY_SCORER_VERSION
+from sae_workbench.evaluation.results import ScoreJobResult
 from sae_workbench.evaluation.simulation import (
     SIMULATION_SCORER_VERSION,
     UnscorableExplanationError,
@@ -184,22 +185,6 @@ class TestSet:
     """Negative test records."""
     provenance: dict[str, Any]
     """Source, ids and seed of what was drawn."""
-
-
-@dataclass(frozen=True)
-class ScoreJobResult:
-    """What a scoring run did."""
-
-    scored: int
-    """Explanations scored."""
-    skipped: int
-    """Explanations already scored under the same key."""
-    failed: int
-    """Explanations recorded with a non-ok status (no activations, unscorable explanation, generator failure)."""
-    seconds: float
-    """Wall time."""
-    dead: int = 0
-    """Explanations of dead features (explainer status "dead", empty text): recorded as status "dead", not scored."""
 
 
 def score_key(explanation_id: int, config: ScoreConfig, backend_name: str) -> str:
