@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 DEBIAN_PKGS := bible-kjv fortunes wordnet-base python3-doc chromium chromium-driver
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: demo test test-fast bench lint system-deps venv clean-venv
+.PHONY: demo test test-fast bench lint pyright-tree system-deps venv clean-venv
 
 venv: $(STAMP)
 
@@ -39,7 +39,14 @@ test: system-deps venv
 test-fast: venv
 	$(PY) -m pytest -q -m "not slow"
 
-lint: venv
+# pyright cannot follow the editable install's import hook: lay out the package-dir mapping as symlinks for it.
+PYRIGHT_TREE := build/pyright/sae_workbench
+pyright-tree:
+	rm -rf $(PYRIGHT_TREE) && mkdir -p $(PYRIGHT_TREE)
+	for f in workbench/*; do ln -s ../../../$$f $(PYRIGHT_TREE)/; done
+	for d in sae explainers evaluation app; do ln -s ../../../$$d $(PYRIGHT_TREE)/$$d; done
+
+lint: venv pyright-tree
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/pyright
