@@ -18,6 +18,9 @@ from scipy import stats
 
 # Tree-explainer spec (Ma et al., NeurIPS 2025): the score is NaN when the true activations have variance < 1e-10.
 TRUE_VARIANCE_EPS = 1e-10
+# PRISM's MAD divides by the control activations' sample standard deviation: torch's Tensor.std() is unbiased
+# (lkopf/prism src/evaluation.py:359,364).
+MAD_CONTROL_DDOF = 1
 
 
 def pearson(predicted: np.ndarray, true: np.ndarray) -> float:
@@ -140,13 +143,14 @@ def auroc(scores: np.ndarray, labels: np.ndarray) -> float:
 def mad(generated: np.ndarray, control: np.ndarray) -> float:
     """CoSy's mean activation difference (mean(A1) − mean(A0)) / std(A0), 0 when std(A0) = 0 (PRISM spec).
 
-    std is the population standard deviation (ddof = 0), as numpy's default in the CoSy/PRISM reference code.
+    std is the sample standard deviation (ddof = 1, `MAD_CONTROL_DDOF`), as torch's `Tensor.std()` in the PRISM
+    reference code (lkopf/prism src/evaluation.py:359,364); a single control value has no spread and gives 0.
     """
     a1 = np.asarray(generated, dtype=np.float64).ravel()
     a0 = np.asarray(control, dtype=np.float64).ravel()
     if a1.size == 0 or a0.size == 0:
         raise ValueError("MAD needs at least one generated and one control value")
-    sd = float(a0.std())
+    sd = float(a0.std(ddof=MAD_CONTROL_DDOF)) if a0.size > MAD_CONTROL_DDOF else 0.0
     if sd == 0.0:
         return 0.0
     return float((a1.mean() - a0.mean()) / sd)

@@ -53,8 +53,10 @@ def test_auroc_with_ties_counts_half() -> None:
 
 def test_mad_zero_std_and_hand_case() -> None:
     assert mad(np.array([2.0, 4.0]), np.array([1.0, 1.0, 1.0])) == 0.0
-    # control [0,2]: mean 1, population std 1; generated mean 4 → (4 − 1) / 1 = 3.
-    assert mad(np.array([3.0, 5.0]), np.array([0.0, 2.0])) == pytest.approx(3.0)
+    # control [0,2]: mean 1, sample std (ddof 1, torch's Tensor.std() in lkopf/prism) √2; generated mean 4
+    # → (4 − 1) / √2 = 2.1213 (the population std 1 would give 3).
+    assert mad(np.array([3.0, 5.0]), np.array([0.0, 2.0])) == pytest.approx(3 / math.sqrt(2))
+    assert mad(np.array([3.0]), np.array([5.0])) == 0.0  # one control value: no spread
 
 
 def test_classification_metrics_hand_case() -> None:
