@@ -17,16 +17,21 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from sae_workbench.errors import WorkbenchError
+from sae_workbench.evaluation.base import ScoreBackends, ScoreConfig, ScoreConfigError, ScoreOutcome, TestRecords
 from sae_workbench.evaluation.prompts.cosy import COSY_PROMPT_VERSION, N_TEXTS, cosy_messages
 from sae_workbench.evaluation.scoring import auroc, mad, mann_whitney_p, mean_std, t_confidence_interval
-from sae_workbench.evaluation.simulation import UnscorableExplanationError
+from sae_workbench.evaluation.simulation import UnscorableExplanationError, scorable_explanation
 from sae_workbench.explainers.lexical import match_rule_text
+from sae_workbench.explainers.prism import cluster_descriptions
 from sae_workbench.llm.client import LLMClient, LLMRequest
+from sae_workbench.status import Status
+from sae_workbench.store import ExplanationRecord
 
 COSY_SCORER_VERSION = "cosy-v1"
 
@@ -208,12 +213,11 @@ class ModelFeatureMeans:
 
     def _compute(self, texts: Sequence[str]) -> None:
         """Encode texts not seen yet."""
-        from sae_workbench.models import stop_layer
+        from sae_workbench.models import forward_to_hooks
 
         tokenizer = getattr(self.model, "tokenizer", None)
         assert tokenizer is not None, "the model needs a tokenizer"
         todo = [t for t in dict.fromkeys(texts) if t not in self._memo]
-        stop = stop_layer([self.hook])
         for b in range(0, len(todo), self.batch_size):
             chunk = todo[b : b + self.batch_size]
             ids = [
@@ -227,8 +231,7 @@ class ModelFeatureMeans:
                 tokens_BT[i, : len(x)] = torch.tensor(x)
                 mask_BT[i, 1 : len(x)] = True  # exclude BOS (position 0) and right padding
             with torch.no_grad():
-                _, cache = self.model.run_with_cache(tokens_BT, names_filter=self.hook, stop_at_layer=stop)  # type: ignore[operator]
-                acts_BTD = cache[self.hook]
+                acts_BTD = forward_to_hooks(self.model, tokens_BT, [self.hook])[self.hook]  # type: ignore[arg-type]
                 feats_BTF = self.encode(acts_BTD.reshape(-1, acts_BTD.shape[-1])).reshape(*mask_BT.shape, -1)
             feats_BTF = feats_BTF.float() * mask_BT[..., None]
             means_BF = feats_BTF.sum(dim=1) / mask_BT.sum(dim=1, keepdim=True).clamp(min=1)
@@ -283,3 +286,79 @@ def prism_aggregate(per_feature: Sequence[Sequence[CosyScore]], how: str = "max"
     ci = t_confidence_interval(aucs)
     mad_mean, mad_sd = mean_std(mads)
     return PrismAggregate(ci.mean, ci.low, ci.high, mad_mean, mad_sd, ci.n)
+
+
+class CosyScorer:
+    """CoSy AUC/MAD of each description against control texts (PRISM explanations: one per cluster; the feature's
+    score is the best description's, as PRISM's "max", with the mean over descriptions beside it)."""
+
+    name: ClassVar[str] = "cosy"
+    version: ClassVar[str] = COSY_SCORER_VERSION
+    headline: ClassVar[str] = "auc"
+    default_explainers: ClassVar[tuple[str, ...]] = ()
+    uses_test_set: ClassVar[bool] = False
+    uses_negatives: ClassVar[bool] = False
+
+    def __init__(
+        self,
+        generator: LLMGenerator | CorpusRuleGenerator,
+        activation_fn_for: Callable[[int], ActivationFn],
+        control_texts: Sequence[str],
+        prompt_version: str = "",
+    ) -> None:
+        """Generate with `generator`; measure with the model + SAE behind `activation_fn_for`."""
+        self.generator = generator
+        self.activation_fn_for = activation_fn_for
+        self.control_texts = list(control_texts)
+        self._prompt_version = prompt_version
+
+    @classmethod
+    def from_backends(cls, config: ScoreConfig, backends: ScoreBackends) -> CosyScorer:
+        """Needs a generator, an activation function and control texts (`workbench score` builds them)."""
+        if backends.activation_fn_for is None or not backends.control_texts or backends.generator is None:
+            raise ScoreConfigError(
+                "cosy needs a generator, an activation function (model + SAE) and control texts; "
+                "`workbench score --scorer cosy` builds them from --sae-path"
+            )
+        return cls(backends.generator, backends.activation_fn_for, backends.control_texts, backends.prompt_version)
+
+    def backend(self) -> str:
+        """The generator's name."""
+        return str(self.generator.name)
+
+    def prompt_version(self) -> str:
+        """The generator's prompt version ('' offline)."""
+        return self._prompt_version
+
+    def key_params(self) -> dict[str, Any]:
+        """The control set's size."""
+        return {"n_control": len(self.control_texts)}
+
+    async def prepare(self, explanations: Sequence[ExplanationRecord]) -> None:
+        """Nothing to prepare."""
+
+    async def score(self, explanation: ExplanationRecord, tests: TestRecords | None) -> ScoreOutcome:
+        """CoSy metrics of each description (a generator that finds nothing is a recorded failure)."""
+        text = scorable_explanation(explanation.text, explanation.rules).text
+        fn = self.activation_fn_for(explanation.feature)
+        control = fn(self.control_texts)
+        descriptions = cluster_descriptions(explanation.extra) or [text]
+        per: list[dict[str, Any]] = []
+        try:
+            for d in descriptions:
+                s, texts = await score_description(self.generator, d, fn, control)
+                per.append({"description": d, **s.to_dict(), "texts": texts})
+        except GeneratorError as err:
+            return ScoreOutcome.failed(Status.GENERATOR_FAILED, error=str(err))
+        aucs = [p["auc"] for p in per]
+        mads = [p["mad"] for p in per]
+        metrics = {
+            "auc": float(np.nanmax(aucs)),
+            "mad": float(np.nanmax(mads)),
+            "auc_mean": float(np.nanmean(aucs)),
+            "mad_mean": float(np.nanmean(mads)),
+            "mannwhitney_p": float(np.nanmin([p["mannwhitney_p"] for p in per])),
+            "n_descriptions": len(per),
+            "descriptions": per,
+        }
+        return ScoreOutcome(Status.OK, metrics, self.headline)

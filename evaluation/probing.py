@@ -32,6 +32,7 @@ from tqdm.auto import tqdm
 
 from sae_workbench import paths
 from sae_workbench.errors import WorkbenchError
+from sae_workbench.models import forward_to_hooks
 
 log = logging.getLogger(__name__)
 
@@ -230,9 +231,9 @@ def _read_resid(
                 continue
             for b in batches[c * chunk_size : (c + 1) * chunk_size]:
                 tokens_BT = torch.tensor([ids[i] for i in b], device=device)
-                _, cache = model.run_with_cache(tokens_BT, names_filter=hook, stop_at_layer=cfg.layer + 1)
+                acts_BTD = forward_to_hooks(model, tokens_BT, [hook])[hook]
                 pos_B = torch.tensor([positions[i] for i in b], device=device)
-                resid_BD = cache[hook][torch.arange(len(b), device=device), pos_B]
+                resid_BD = acts_BTD[torch.arange(len(b), device=device), pos_B]
                 out[b] = resid_BD.float().cpu().numpy()
                 bar.update(len(b))
             tmp = chunk_path.with_name(chunk_path.stem + ".tmp.npy")

@@ -20,7 +20,7 @@ import torch
 from transformer_lens import HookedTransformer
 
 from sae_workbench.errors import WorkbenchError
-from sae_workbench.models import stop_layer, validate_hooks
+from sae_workbench.models import forward_to_hooks
 
 log = logging.getLogger(__name__)
 
@@ -73,8 +73,6 @@ def streaming_source(
     """A source that runs the model over corpus windows (stopping right after `hook`) and keeps unmasked positions."""
     from sae_workbench.corpus import iter_windows
 
-    validate_hooks(model, [hook])
-    stop_at = stop_layer([hook], model.cfg.n_layers)
     device = next(model.parameters()).device
 
     def chunks_from(start: int) -> Iterator[Chunk]:
@@ -88,18 +86,12 @@ def streaming_source(
             mask_policy=mask_policy,
             decode=False,
         )
-        captured: dict[str, torch.Tensor] = {}
-
-        def grab(act: torch.Tensor, hook: Any) -> None:
-            captured["act"] = act
-
         for batch in windows:
             tokens_BT = torch.from_numpy(batch.tokens_BT).long().to(device)
-            with torch.inference_mode():
-                model.run_with_hooks(tokens_BT, fwd_hooks=[(hook, grab)], stop_at_layer=stop_at)
+            acts_BTD = forward_to_hooks(model, tokens_BT, [hook])[hook]
             mask_BT = torch.from_numpy(batch.mask_BT).to(device)
             # Stays on the model's device: the SAE trains there too.
-            acts_ND = captured["act"][mask_BT].float()
+            acts_ND = acts_BTD[mask_BT].float()
             first, last = int(batch.window_ids[0]), int(batch.window_ids[-1])
             yield Chunk(acts_ND, f"windows {first}-{last}")
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import logging
 import time
+import weakref
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,13 +26,14 @@ from transformer_lens import HookedTransformer
 
 from sae_workbench.corpus import Corpus, MaskPolicy, WindowBatch, default_bos_id, iter_windows
 from sae_workbench.errors import WorkbenchError
-from sae_workbench.models import check_context_size, stop_layer, validate_hooks
+from sae_workbench.models import check_context_size, forward_to_hooks, validate_hooks
 from sae_workbench.store import Store
 
 log = logging.getLogger(__name__)
 
-# Vocabulary display strings are computed once per tokenizer (id → decoded single token).
-_VOCAB_STRINGS: dict[int, np.ndarray] = {}
+# Vocabulary display strings are computed once per tokenizer (id → decoded single token). Keyed by the tokenizer
+# object itself, weakly: an entry goes when its tokenizer does, so a new tokenizer never reuses a dead one's id().
+_VOCAB_STRINGS: weakref.WeakKeyDictionary[Any, np.ndarray] = weakref.WeakKeyDictionary()
 
 
 class SAEHookMismatchError(WorkbenchError):
@@ -94,12 +96,11 @@ def check_sae_hook(sae: SAE[Any], model: HookedTransformer, hook: str) -> None:
 
 def vocab_strings(tokenizer: Any) -> np.ndarray:
     """Display string of every token id (object array), decoded once per tokenizer."""
-    key = id(tokenizer)
-    if key not in _VOCAB_STRINGS:
-        _VOCAB_STRINGS[key] = np.array(
-            tokenizer.batch_decode([[i] for i in range(len(tokenizer))]), dtype=object
-        )
-    return _VOCAB_STRINGS[key]
+    strings = _VOCAB_STRINGS.get(tokenizer)
+    if strings is None or len(strings) != len(tokenizer):  # added tokens change the vocabulary
+        strings = np.array(tokenizer.batch_decode([[i] for i in range(len(tokenizer))]), dtype=object)
+        _VOCAB_STRINGS[tokenizer] = strings
+    return strings
 
 
 def sparse_activations(
@@ -136,9 +137,8 @@ def _encode_batch(
     """Forward one batch to `hook`, encode with the SAE, return sparse rows."""
     tokens_BT = torch.from_numpy(batch.tokens_BT.astype(np.int64))
     b, t = tokens_BT.shape
+    acts_BTD = forward_to_hooks(model, tokens_BT, [hook])[hook]
     with torch.no_grad():
-        _, cache = model.run_with_cache(tokens_BT, names_filter=[hook], stop_at_layer=stop_layer([hook]))
-        acts_BTD = cache[hook]
         feats_NF = sae.encode(acts_BTD.reshape(b * t, -1).to(sae.dtype))
     return sparse_activations(
         feats_NF,

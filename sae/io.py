@@ -14,6 +14,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -29,7 +30,7 @@ from safetensors.torch import save_file
 from transformer_lens import HookedTransformer
 
 from sae_workbench.errors import WorkbenchError
-from sae_workbench.models import stop_layer, validate_hooks
+from sae_workbench.models import hook_shape
 
 log = logging.getLogger(__name__)
 
@@ -341,28 +342,11 @@ def _split_registry_id(text: str) -> tuple[str, str]:
     return parts[0], "/".join(parts[1:])
 
 
-def hook_width(model: HookedTransformer, hook: str, reshape: str = "none") -> int:
-    """Width of the activations at `hook` (heads flattened for hook_z SAEs), read from a 2-token forward pass."""
-    validate_hooks(model, [hook])
-    captured: dict[str, torch.Tensor] = {}
-
-    def grab(act: torch.Tensor, hook: Any) -> None:
-        captured["act"] = act
-
-    tokens = torch.zeros((1, 2), dtype=torch.long)
-    with torch.no_grad():
-        model.run_with_hooks(
-            tokens, fwd_hooks=[(hook, grab)], stop_at_layer=stop_layer([hook], model.cfg.n_layers)
-        )
-    act = captured["act"]
-    if reshape == "hook_z" and act.ndim == 4:
-        return int(act.shape[-1] * act.shape[-2])
-    return int(act.shape[-1])
-
-
 def check_sae_matches(sae: SAE[Any], model: HookedTransformer, hook: str) -> None:
     """Raise SAEShapeMismatchError when the SAE's d_in differs from the hook's activation width."""
-    width = hook_width(model, hook, sae.cfg.reshape_activations)
+    shape = hook_shape(model, hook)
+    # hook_z SAEs read the heads flattened; any other SAE reads the last dimension.
+    width = math.prod(shape) if sae.cfg.reshape_activations == "hook_z" else shape[-1]
     if sae.cfg.d_in != width:
         raise SAEShapeMismatchError(
             f"SAE d_in={sae.cfg.d_in} but hook {hook} of model {model.cfg.model_name!r} has width {width}; "

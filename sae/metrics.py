@@ -22,7 +22,7 @@ from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer
 
 from sae_workbench import paths
-from sae_workbench.models import stop_layer
+from sae_workbench.models import forward_to_hooks
 
 METRICS_FILENAME = "metrics.json"
 # A feature firing on more than 10% of tokens counts as dense (SAEBench's core eval uses the same cut-off).
@@ -246,7 +246,6 @@ def evaluate_sae(
         raise ValueError("evaluate_sae needs the model to read activations")
     sae.eval()
     ce_left = (ce_windows if ce_windows is not None else math.inf) if with_ce else 0
-    stop_at_arg = stop_layer([hook], model.cfg.n_layers)
     device = next(model.parameters()).device
     sums = _Sums(sae.cfg.d_sae)
     bar = tqdm(total=total_windows, unit="win", desc="eval", disable=not progress)
@@ -258,9 +257,9 @@ def evaluate_sae(
             n_ce = int(min(ce_left, tokens_BT.shape[0]))
             ce_left -= n_ce
             if n_ce:
-                _eval_part(model, sae, sums, tokens_BT[:n_ce], mask_BT[:n_ce], hook, None, chunk_positions)
+                _eval_part(model, sae, sums, tokens_BT[:n_ce], mask_BT[:n_ce], hook, chunk_positions)
             if n_ce < tokens_BT.shape[0]:
-                _eval_part(model, sae, sums, tokens_BT[n_ce:], mask_BT[n_ce:], hook, stop_at_arg, None)
+                _eval_part(model, sae, sums, tokens_BT[n_ce:], mask_BT[n_ce:], hook, None)
             bar.update(tokens_BT.shape[0])
     bar.close()
     return _finish(sums, with_ce)
@@ -285,16 +284,18 @@ def _eval_part(
     tokens_BT: torch.Tensor,
     mask_BT: torch.Tensor,
     hook: str,
-    stop_at: int | None,
     ce_chunk: int | None,
 ) -> None:
     """Reconstruction sums for one batch; with `ce_chunk`, also CE/KL from the same (full) clean forward."""
+    logits = None
     if ce_chunk is None:
-        _, cache = model.run_with_cache(tokens_BT, names_filter=[hook], stop_at_layer=stop_at)
-    else:
+        acts_BTD = forward_to_hooks(model, tokens_BT, [hook])[hook]
+    else:  # the clean logits are needed too: one full forward that also keeps the hook's activations
         logits, cache = model.run_with_cache(tokens_BT, names_filter=[hook])
-    x_ND = cache[hook][mask_BT].float()
-    del cache
+        acts_BTD = cache[hook]
+        del cache
+    x_ND = acts_BTD[mask_BT].float()
+    del acts_BTD
     feats_NF = sae.encode(x_ND)
     sums.add_reconstruction(x_ND, feats_NF, sae.decode(feats_NF))
     if ce_chunk is not None:

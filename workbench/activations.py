@@ -45,7 +45,7 @@ import sae_workbench
 from sae_workbench import paths
 from sae_workbench.corpus import Corpus, MaskPolicy, default_bos_id, iter_windows
 from sae_workbench.errors import CacheCorruptError, CacheMismatchError, WorkbenchError
-from sae_workbench.models import check_context_size, stop_layer, validate_hooks
+from sae_workbench.models import check_context_size, forward_to_hooks, validate_hooks
 
 log = logging.getLogger(__name__)
 
@@ -242,19 +242,8 @@ def _forward(
     model: HookedTransformer, tokens_BT: torch.Tensor, hooks: list[str], dtype: torch.dtype
 ) -> dict[str, torch.Tensor]:
     """Run the model up to the last needed layer and return hook → (B, T, d) activations on CPU in `dtype`."""
-    captured: dict[str, torch.Tensor] = {}
-
-    def save(act: torch.Tensor, hook: Any) -> None:
-        captured[hook.name] = act.detach().reshape(*act.shape[:2], -1).to("cpu", dtype)
-
-    with torch.inference_mode():
-        model.run_with_hooks(
-            tokens_BT,
-            fwd_hooks=[(h, save) for h in hooks],
-            stop_at_layer=stop_layer(hooks),
-            return_type=None,
-        )
-    return {h: captured[h] for h in hooks}
+    acts = forward_to_hooks(model, tokens_BT, hooks)
+    return {h: a.reshape(*a.shape[:2], -1).to("cpu", dtype) for h, a in acts.items()}
 
 
 def outlier_mask(acts: dict[str, torch.Tensor], mask_BT: torch.Tensor, factor: float) -> torch.Tensor:

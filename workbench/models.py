@@ -9,6 +9,7 @@ Four sources, one entry point (`load_model`):
 
     model = load_model("smollm2-135m")
     validate_hooks(model, ["blocks.3.hook_resid_post"])
+    acts = forward_to_hooks(model, tokens_BT, ["blocks.3.hook_resid_post"])  # stops after block 3
 """
 
 from __future__ import annotations
@@ -17,8 +18,10 @@ import dataclasses
 import importlib.util
 import json
 import logging
+import math
 import tempfile
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -268,3 +271,49 @@ def check_context_size(model: HookedTransformer, context_size: int) -> None:
         )
     if context_size < 2:
         raise ContextSizeError("context size must be at least 2 (a BOS token plus one text token).")
+
+
+def forward_to_hooks(
+    model: HookedTransformer, tokens_BT: torch.Tensor, hooks: Sequence[str]
+) -> dict[str, torch.Tensor]:
+    """Run `model` on `tokens_BT` only as far as the deepest of `hooks`; return hook → its activations, detached.
+
+    The forward stops right after the last block a hook needs (`stop_at_layer`, design.md: ~9x faster than a full
+    forward for SmolLM2's layer 3) and never computes logits. Activations keep the hook's own shape and the model's
+    dtype and device. No gradients are recorded. A hook the model lacks raises HookNotFoundError (checked only when
+    the forward fails, so callers that validated their hooks once pay nothing per batch).
+    """
+    captured: dict[str, torch.Tensor] = {}
+
+    def save(act: torch.Tensor, hook: Any) -> None:
+        captured[hook.name] = act.detach()
+
+    try:
+        with torch.no_grad():
+            model.run_with_hooks(
+                tokens_BT,
+                fwd_hooks=[(h, save) for h in hooks],
+                stop_at_layer=stop_layer(list(hooks)),
+                return_type=None,
+            )
+    except KeyError:
+        validate_hooks(model, list(hooks))  # raises HookNotFoundError naming the valid hooks
+        raise
+    missing = [h for h in hooks if h not in captured]
+    if missing:
+        validate_hooks(model, missing)
+        raise HookNotFoundError(
+            f"hook(s) {missing} did not fire in a forward pass of {model.cfg.model_name!r}."
+        )
+    return {h: captured[h] for h in hooks}
+
+
+def hook_shape(model: HookedTransformer, hook: str) -> tuple[int, ...]:
+    """Per-position shape of the activations at `hook` (`(d_model,)`, or `(n_heads, d_head)` for `attn.hook_z`)."""
+    tokens = torch.zeros((1, 2), dtype=torch.long)
+    return tuple(int(n) for n in forward_to_hooks(model, tokens, [hook])[hook].shape[2:])
+
+
+def hook_width(model: HookedTransformer, hook: str) -> int:
+    """Width of one position's activations at `hook`, heads flattened (what the cache stores per token)."""
+    return math.prod(hook_shape(model, hook))

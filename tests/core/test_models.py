@@ -11,7 +11,10 @@ from sae_workbench.errors import ContextSizeError, HookNotFoundError, UnknownMod
 from sae_workbench.models import (
     DEFAULT_HOOK,
     check_context_size,
+    forward_to_hooks,
     hook_layer,
+    hook_shape,
+    hook_width,
     load_model,
     stop_layer,
     tiny_tokenizer,
@@ -108,3 +111,36 @@ def test_smollm2_greedy_completion(smollm2):
     completion = smollm2.tokenizer.decode(tokens[0, len(prompt) :])
     assert completion.startswith(" Paris"), completion
     assert smollm2.cfg.d_model == 576 and smollm2.cfg.n_layers == 30
+
+
+def test_forward_to_hooks_equals_the_full_forward_and_stops_after_the_deepest_hook(tiny_model):
+    tokens_BT = torch.tensor([[0, 5, 9, 200, 31], [0, 7, 7, 1000, 2]])
+    hooks = ["blocks.0.hook_mlp_out", "hook_embed", "blocks.0.hook_resid_post"]
+    _, full = tiny_model.run_with_cache(tokens_BT)
+    fired: list[str] = []
+    tiny_model.add_hook("blocks.1.hook_resid_pre", lambda act, hook: fired.append(hook.name))
+    try:
+        acts = forward_to_hooks(tiny_model, tokens_BT, hooks)
+    finally:
+        tiny_model.reset_hooks()
+    assert list(acts) == hooks
+    for h in hooks:
+        assert torch.equal(acts[h], full[h]), h
+        assert not acts[h].requires_grad
+    assert fired == []  # block 1 never ran: the forward stopped after block 0
+    last = forward_to_hooks(tiny_model, tokens_BT, ["blocks.1.hook_resid_post", "ln_final.hook_normalized"])
+    assert torch.equal(last["ln_final.hook_normalized"], full["ln_final.hook_normalized"])
+
+
+def test_forward_to_hooks_names_a_missing_hook(tiny_model):
+    with pytest.raises(HookNotFoundError, match="blocks.7.hook_resid_post"):
+        forward_to_hooks(tiny_model, torch.zeros((1, 2), dtype=torch.long), ["blocks.7.hook_resid_post"])
+
+
+def test_hook_width_flattens_heads(tiny_model):
+    cfg = tiny_model.cfg
+    assert hook_shape(tiny_model, "blocks.1.hook_resid_post") == (cfg.d_model,)
+    assert hook_width(tiny_model, "blocks.1.hook_resid_post") == cfg.d_model
+    assert hook_shape(tiny_model, "blocks.0.attn.hook_z") == (cfg.n_heads, cfg.d_head)
+    assert hook_width(tiny_model, "blocks.0.attn.hook_z") == cfg.n_heads * cfg.d_head
+    assert hook_width(tiny_model, "blocks.0.mlp.hook_post") == cfg.d_mlp
