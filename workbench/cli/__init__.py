@@ -87,6 +87,9 @@ def _register_stage_commands() -> None:
     from sae_workbench.cli.absorption import absorption
 
     app.command("absorption")(absorption)
+    from sae_workbench.cli.prism_table import prism_table1
+
+    app.command("prism-table1")(prism_table1)
 
 
 def main() -> None:
