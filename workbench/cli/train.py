@@ -75,7 +75,7 @@ def train(
     import torch
 
     from sae_workbench.corpus import default_bos_id, iter_windows, resolve_corpus
-    from sae_workbench.models import load_model, validate_hooks
+    from sae_workbench.models import hook_width, load_model, validate_hooks
     from sae_workbench.sae.data import cache_source, streaming_source
     from sae_workbench.sae.metrics import METRICS, evaluate_sae, write_metrics
     from sae_workbench.sae.train import TrainConfig, train_sae
@@ -85,8 +85,6 @@ def train(
     assert lm.tokenizer is not None
     the_corpus = resolve_corpus(corpus)
     bos_id = default_bos_id(lm.tokenizer)
-    from sae_workbench.sae.io import hook_width
-
     d_in = hook_width(lm, hook)
     cfg = TrainConfig(
         architecture=architecture,
