@@ -21,9 +21,10 @@ import torch
 from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
-from sae_workbench.evaluation.attribution.depass import parse_hook
 from sae_workbench.evaluation.attribution.errors import FeatureOutOfRangeError, PositionOutOfRangeError
 from sae_workbench.evaluation.attribution.readout import check_supported, decoder_rows_FD
+from sae_workbench.models import validate_hooks
+from sae_workbench.sae.io import SAEShapeMismatchError
 
 AblationMode = Literal["zero", "mean"]
 TOP_TOKENS = 10
@@ -108,9 +109,14 @@ def _jsonable(obj: Any) -> Any:
 
 
 def _check(model: HookedTransformer, sae: SAE[Any], hook: str, feature: int) -> None:
-    """Validate hook (exists, d_model wide), SAE and feature."""
-    parse_hook(model, hook)
+    """Validate hook (exists), SAE (d_model wide, linear encoder input) and feature."""
+    validate_hooks(model, [hook])
     check_supported(sae)
+    if int(sae.cfg.d_in) != model.cfg.d_model:
+        raise SAEShapeMismatchError(
+            f"SAE d_in={sae.cfg.d_in} but model {model.cfg.model_name!r} has d_model={model.cfg.d_model}; "
+            f"ablation and steering splice SAEs on d_model-wide hooks: pick the SAE trained for {hook}."
+        )
     if not 0 <= feature < int(sae.cfg.d_sae):
         raise FeatureOutOfRangeError(
             f"feature {feature} is out of range: this SAE has features 0..{sae.cfg.d_sae - 1}."
