@@ -217,7 +217,7 @@ def test_explain_lease_pause_frees_the_file_and_a_long_pause_counts_as_the_yield
 def test_session_cache_keeps_facts_across_appends_and_evicts_least_recently_used(
     store: Store, monkeypatch
 ) -> None:
-    from sae_workbench.store import store as store_module
+    from sae_workbench.store import base
 
     reads: list[str] = []
     read_progress = Store._read_progress
@@ -234,7 +234,7 @@ def test_session_cache_keeps_facts_across_appends_and_evicts_least_recently_used
         store.add_eval("sae", "x", {})
         store.llm_cache_put_many([("key", "m", {"a": 1}, 3)])
         # More features' maxima than the cache holds: the fact in use (read again below each time) stays.
-        for f in range(3 * store_module._SESSION_CACHE_ENTRIES):
+        for f in range(3 * base.SESSION_CACHE_ENTRIES):
             store.window_maxima("sae", f)
             store.index_progress("sae")
         assert reads == ["sae"]
@@ -336,7 +336,6 @@ def _random_store(tmp_path: Path, seed: int = 0) -> tuple[Store, int]:
 
 def test_feature_rows_answer_like_the_aggregate_queries(tmp_path: Path, monkeypatch) -> None:
     from sae_workbench.store import feature_rows
-    from sae_workbench.store import store as store_module
 
     s, n_features = _random_store(tmp_path)
     rng = np.random.default_rng(1)
@@ -352,30 +351,35 @@ def test_feature_rows_answer_like_the_aggregate_queries(tmp_path: Path, monkeypa
         assert len(ids_r) > 0
         np.testing.assert_array_equal(ids_r, ids_q)
         np.testing.assert_allclose(sc_r, sc_q, rtol=1e-6)
-    monkeypatch.setattr(store_module, "ROWS_CAP", 0)  # every feature "dense": DuckDB aggregates
+    coords = s.activation_coordinates("sae")  # the reference, from the stored rows themselves
+    monkeypatch.setattr(feature_rows, "ROWS_CAP", 0)  # every feature "dense": DuckDB aggregates
     aggregated = [s.window_maxima("sae", f) for f in range(n_features)]
-    with s.session() as conn:
-        for f in range(n_features):
-            (m, acts), (m2, acts2), m3 = from_rows[f], outside[f], aggregated[f]
-            for other in (m2, m3):
-                np.testing.assert_array_equal(m.window_ids, other.window_ids)
-                np.testing.assert_array_equal(m.values, other.values)
-                np.testing.assert_array_equal(m.positions, other.positions)
-            np.testing.assert_array_equal(acts, acts2)
-            # The reference: a window's peak is its max value at its earliest position; rows densified by hand.
-            ref = conn.execute(
-                "SELECT window_id, position, value FROM activations WHERE sae_id = 'sae' AND feature = ?", [f]
-            ).fetchall()
-            dense = np.zeros((70, 8), np.float32)
-            for w, p, v in ref:
-                dense[w, p] = v
-            np.testing.assert_array_equal(acts, dense[asked])
-            peak = dense.max(axis=1)
-            live = np.flatnonzero(peak > 0)
-            np.testing.assert_array_equal(m.window_ids, live)
-            np.testing.assert_array_equal(m.values, peak[live])
-            np.testing.assert_array_equal(m.positions, dense[live].argmax(axis=1))
-    assert feature_rows.ROWS_CAP > 0
+    with s.session():
+        aggregated_in_session = [s.window_maxima("sae", f) for f in range(n_features)]
+        scores_in_session = [s.window_text_scores("sae", f) for f in range(n_features)]
+    for (ids_r, sc_r), (ids_q, sc_q) in zip(scores_rows, scores_in_session, strict=True):
+        np.testing.assert_array_equal(ids_r, ids_q)
+        np.testing.assert_allclose(sc_r, sc_q, rtol=1e-6)
+    feat = coords.column("feature").to_numpy()
+    for f in range(n_features):
+        (m, acts), (m2, acts2) = from_rows[f], outside[f]
+        for other in (m2, aggregated[f], aggregated_in_session[f]):
+            np.testing.assert_array_equal(m.window_ids, other.window_ids)
+            np.testing.assert_array_equal(m.values, other.values)
+            np.testing.assert_array_equal(m.positions, other.positions)
+        np.testing.assert_array_equal(acts, acts2)
+        # The reference: a window's peak is its max value at its earliest position; rows densified by hand.
+        mine = feat == f
+        dense = np.zeros((70, 8), np.float32)
+        dense[coords.column("window_id").to_numpy()[mine], coords.column("position").to_numpy()[mine]] = (
+            coords.column("value").to_numpy()[mine]
+        )
+        np.testing.assert_array_equal(acts, dense[asked])
+        peak = dense.max(axis=1)
+        live = np.flatnonzero(peak > 0)
+        np.testing.assert_array_equal(m.window_ids, live)
+        np.testing.assert_array_equal(m.values, peak[live])
+        np.testing.assert_array_equal(m.positions, dense[live].argmax(axis=1))
 
 
 def test_feature_rows_sort_unsorted_input_and_handle_empty() -> None:

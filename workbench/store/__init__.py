@@ -100,7 +100,7 @@ from sae_workbench.store.records import (
     WindowEmbeddings,
     WindowMaxima,
 )
-from sae_workbench.store.store import IndexConfigError, Store
+from sae_workbench.store.store import IndexConfigError, Session, Store
 
 __all__ = [
     "EvalRecord",
@@ -116,6 +116,7 @@ __all__ = [
     "Sample",
     "SchemaVersionError",
     "ScoreRecord",
+    "Session",
     "Store",
     "StoreBusyError",
     "StoreCorruptError",

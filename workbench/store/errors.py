@@ -38,3 +38,7 @@ class SAEConflictError(StoreError):
 
 class NotIndexedError(StoreError):
     """A query needs activations of an SAE that has not been indexed (or whose indexing is not finalized)."""
+
+
+class IndexConfigError(StoreError):
+    """Indexing an SAE again with settings (corpus, context size, top-k) different from its first run."""

@@ -5,7 +5,12 @@ Never edit a migration that has shipped: append a new one. `MIGRATIONS[i]` has v
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+
+import duckdb
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -131,3 +136,39 @@ LATEST_VERSION = MIGRATIONS[-1].version
 def statements(sql: str) -> list[str]:
     """Split a migration's SQL into statements (no semicolons inside literals in our migrations)."""
     return [s.strip() for s in sql.split(";") if s.strip()]
+
+
+def schema_version_of(conn: duckdb.DuckDBPyConnection) -> int:
+    """Highest applied migration (0 for a blank database)."""
+    exists = conn.execute(
+        "SELECT count(*) FROM duckdb_tables() WHERE database_name = current_database() "
+        "AND table_name = 'schema_migrations'"
+    ).fetchall()
+    if not exists or not exists[0][0]:
+        return 0
+    rows = conn.execute("SELECT coalesce(max(version), 0) FROM schema_migrations").fetchall()
+    return int(rows[0][0]) if rows else 0
+
+
+def migrate(conn: duckdb.DuckDBPyConnection, current: int, upto: int = LATEST_VERSION) -> None:
+    """Apply every migration above `current` (up to version `upto`), each in its own transaction, recording it."""
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, name TEXT NOT NULL, "
+        "applied_at TIMESTAMP NOT NULL DEFAULT current_timestamp)"
+    ).fetchall()
+    for migration in MIGRATIONS:
+        if migration.version <= current or migration.version > upto:
+            continue
+        conn.execute("BEGIN TRANSACTION").fetchall()
+        try:
+            for statement in statements(migration.sql):
+                conn.execute(statement).fetchall()
+            conn.execute(
+                "INSERT INTO schema_migrations (version, name) VALUES (?, ?)",
+                [migration.version, migration.name],
+            ).fetchall()
+            conn.execute("COMMIT").fetchall()
+        except BaseException:
+            conn.execute("ROLLBACK").fetchall()
+            raise
+        log.info("store migrated to schema version %d (%s)", migration.version, migration.name)

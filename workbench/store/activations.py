@@ -1,0 +1,177 @@
+"""Per-feature reads of the activation table: window maxima, dense activations on windows, PRISM's text scores, and
+the example draws built on the maxima (top, quantile, random, random negatives).
+
+Two read paths answer the first three (both pinned equal by tests/store/test_store_perf.py): inside a session, a
+feature with at most `feature_rows.ROWS_CAP` rows is read once by a plain scan and answered in numpy (`FeatureRows`:
+one query per feature instead of one per call, 3–6 ms each on this machine); denser features, and calls outside a
+session, use DuckDB aggregates (bounded memory).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+
+from sae_workbench.store import feature_rows
+from sae_workbench.store.feature_rows import FeatureRows
+from sae_workbench.store.indexing import Indexing
+from sae_workbench.store.records import Example, IndexProgress, WindowMaxima
+from sae_workbench.store.sql import in_ids, numpy_columns
+
+
+class Activations(Indexing):
+    """Reads of one feature's activations."""
+
+    def window_activations(
+        self, sae_id: str, feature: int, window_ids: Sequence[int] | np.ndarray
+    ) -> np.ndarray:
+        """Dense (len(window_ids), T) float32 activations of one feature on the given windows (0 where not stored)."""
+        progress = self._indexed(sae_id)
+        ids = np.asarray(window_ids, dtype=np.int64)
+        if len(ids) == 0:
+            return np.zeros((0, progress.context_size), dtype=np.float32)
+        if self._in_session():
+            rows = self._session_rows(sae_id, feature)
+            if rows is not None:
+                return rows.dense(ids, progress.context_size)
+        where, params = in_ids("window_id", [int(i) for i in ids])
+        with self._conn() as conn:
+            cols = numpy_columns(
+                conn,
+                f"SELECT window_id, position, value FROM activations WHERE sae_id = ? AND feature = ? AND {where}",
+                [sae_id, int(feature), *params],
+            )
+        # Through FeatureRows so that a window id asked twice gets its activations twice.
+        return FeatureRows.from_columns(cols["window_id"], cols["position"], cols["value"]).dense(
+            ids, progress.context_size
+        )
+
+    def window_maxima(self, sae_id: str, feature: int) -> WindowMaxima:
+        """Per-window max activation of one feature over every window where it is active (ascending window id;
+        a window's position is its earliest token at the maximum)."""
+        maxima = self._cached(("maxima", sae_id, int(feature)), lambda: self._read_maxima(sae_id, feature))
+        return WindowMaxima(maxima.window_ids.copy(), maxima.values.copy(), maxima.positions.copy())
+
+    def _session_rows(self, sae_id: str, feature: int) -> FeatureRows | None:
+        """The feature's rows, read once per session (None for features denser than feature_rows.ROWS_CAP)."""
+        return self._cached(("rows", sae_id, int(feature)), lambda: self._read_rows(sae_id, feature))
+
+    def _read_rows(self, sae_id: str, feature: int) -> FeatureRows | None:
+        """Every activation row of a feature, or None when it has more than ROWS_CAP (one plain scan)."""
+        cap = feature_rows.ROWS_CAP
+        with self._conn() as conn:
+            cols = numpy_columns(
+                conn,
+                "SELECT window_id, position, value FROM activations WHERE sae_id = ? AND feature = ? LIMIT ?",
+                [sae_id, int(feature), cap + 1],
+            )
+        if len(cols["window_id"]) > cap:
+            return None
+        return FeatureRows.from_columns(cols["window_id"], cols["position"], cols["value"])
+
+    def _read_maxima(self, sae_id: str, feature: int) -> WindowMaxima:
+        """window_maxima without the session cache: from the feature's rows, or aggregated by DuckDB when dense."""
+        self._indexed(sae_id)
+        rows = self._session_rows(sae_id, feature) if self._in_session() else self._read_rows(sae_id, feature)
+        if rows is not None:
+            return rows.maxima()
+        with self._conn() as conn:
+            cols = numpy_columns(
+                conn,
+                "SELECT window_id, max(value) AS m, arg_max(position, (value, -position)) AS p FROM activations "
+                "WHERE sae_id = ? AND feature = ? GROUP BY window_id ORDER BY window_id",
+                [sae_id, int(feature)],
+            )
+        return WindowMaxima(
+            window_ids=cols["window_id"].astype(np.int64),
+            values=cols["m"].astype(np.float32),
+            positions=cols["p"].astype(np.int64),
+        )
+
+    def window_text_scores(self, sae_id: str, feature: int) -> tuple[np.ndarray, np.ndarray]:
+        """(window ids ascending, scores) over the windows where `feature` is active: its activation summed over
+        each window's tokens and divided by their number, BOS and padding excluded (PRISM's text score, computed
+        without loading the windows' tokens)."""
+        progress = self._indexed(sae_id)
+        if self._in_session():
+            rows = self._session_rows(sae_id, feature)
+            if rows is not None:
+                ids, n = self._cached(("token_counts", sae_id), lambda: self._read_token_counts(progress))
+                return rows.text_scores(ids, n)
+        with self._conn() as conn:
+            cols = numpy_columns(
+                conn,
+                "WITH s AS (SELECT window_id, coalesce(sum(value) FILTER (WHERE position > 0), 0) AS total "
+                "FROM activations WHERE sae_id = ? AND feature = ? GROUP BY window_id) "
+                "SELECT s.window_id, s.total, len(list_filter(w.mask[2:], lambda x: x)) AS n FROM s "
+                "JOIN windows w ON w.corpus = ? AND w.window_id = s.window_id ORDER BY s.window_id",
+                [sae_id, int(feature), progress.corpus],
+            )
+        n = cols["n"].astype(np.float64)
+        scores = np.divide(cols["total"].astype(np.float64), n, out=np.zeros_like(n), where=n > 0)
+        return cols["window_id"].astype(np.int64), scores
+
+    def _read_token_counts(self, progress: IndexProgress) -> tuple[np.ndarray, np.ndarray]:
+        """(window ids ascending, tokens per window without BOS and padding) over the indexed windows."""
+        with self._conn() as conn:
+            cols = numpy_columns(
+                conn,
+                "SELECT window_id, len(list_filter(mask[2:], lambda x: x)) AS n FROM windows "
+                "WHERE corpus = ? AND window_id < ? ORDER BY window_id",
+                [progress.corpus, progress.next_window],
+            )
+        return cols["window_id"].astype(np.int64), cols["n"].astype(np.float64)
+
+    # ------------------------------------------------------------------ examples
+
+    def top_examples(self, sae_id: str, feature: int, k: int = 20) -> list[Example]:
+        """The `k` windows with the highest max activation of `feature` (ties broken by window id)."""
+        self._indexed(sae_id)
+        with self._conn() as conn:
+            rows = conn.execute(
+                "SELECT window_id, max(value) AS m, arg_max(position, (value, -position)) FROM activations "
+                "WHERE sae_id = ? AND feature = ? GROUP BY window_id ORDER BY m DESC, window_id LIMIT ?",
+                [sae_id, int(feature), int(k)],
+            ).fetchall()
+        return [Example(int(r[0]), float(r[1]), int(r[2])) for r in rows]
+
+    def quantile_examples(
+        self, sae_id: str, feature: int, n_quantiles: int = 10, per_quantile: int = 5, seed: int = 0
+    ) -> list[Example]:
+        """Activating windows split into `n_quantiles` equal-count bins by max activation (bin 0 = highest);
+        `per_quantile` drawn uniformly per bin with `seed` (delphi-style quantile sampling)."""
+        maxima = self.window_maxima(sae_id, feature)
+        order = maxima.by_peak()
+        rng = np.random.default_rng(seed)
+        out: list[Example] = []
+        for q, idx in enumerate(np.array_split(order, n_quantiles)):
+            if len(idx) == 0:
+                continue
+            chosen = np.sort(rng.choice(idx, size=min(per_quantile, len(idx)), replace=False))
+            out.extend(
+                Example(int(maxima.window_ids[i]), float(maxima.values[i]), int(maxima.positions[i]), q)
+                for i in chosen
+            )
+        return out
+
+    def random_examples(self, sae_id: str, feature: int, k: int, seed: int = 0) -> list[Example]:
+        """`k` activating windows drawn uniformly with `seed` (all of them if fewer)."""
+        maxima = self.window_maxima(sae_id, feature)
+        rng = np.random.default_rng(seed)
+        chosen = rng.choice(len(maxima.window_ids), size=min(k, len(maxima.window_ids)), replace=False)
+        return [
+            Example(int(maxima.window_ids[i]), float(maxima.values[i]), int(maxima.positions[i]))
+            for i in chosen
+        ]
+
+    def random_negatives(
+        self, sae_id: str, feature: int, k: int, seed: int = 0, threshold: float = 0.0
+    ) -> list[int]:
+        """`k` indexed windows whose max activation of `feature` is ≤ `threshold`, drawn uniformly with `seed`."""
+        maxima = self.window_maxima(sae_id, feature)
+        active = maxima.window_ids[maxima.values > threshold]
+        candidates = np.setdiff1d(self.indexed_window_ids(sae_id), active, assume_unique=True)
+        rng = np.random.default_rng(seed)
+        chosen = rng.choice(candidates, size=min(k, len(candidates)), replace=False)
+        return [int(i) for i in chosen]

@@ -1,0 +1,198 @@
+"""Indexing bookkeeping and the activation tables: `index_runs`, `activations_staging`, `activations`.
+
+Written by `sae_workbench.sae.indexing`: start_index, then add_index_batch per batch (atomic, idempotent), then
+finalize_index, which sorts the staged rows by feature into the query table.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from sae_workbench.store.errors import IndexConfigError, NotIndexedError, StoreError
+from sae_workbench.store.records import IndexProgress
+from sae_workbench.store.saes import SAEs
+from sae_workbench.store.sql import (
+    RecordBatch,
+    Table,
+    arrow,
+    count,
+    dumps,
+    first,
+    insert_arrow,
+    loads,
+    numpy_columns,
+    pa,
+)
+from sae_workbench.store.windows import Windows
+
+ACTIVATION_COLUMNS = ("feature", "window_id", "position", "value")
+"""Columns of an activation batch (add_activations)."""
+
+
+class Indexing(SAEs, Windows):
+    """The `index_runs`, `activations_staging` and `activations` tables."""
+
+    def start_index(
+        self, sae_id: str, corpus: str, context_size: int, top_k: int | None, config: dict[str, Any]
+    ) -> IndexProgress:
+        """Begin (or resume) indexing `sae_id` over `corpus`; IndexConfigError if an earlier run used other settings."""
+        self.get_sae(sae_id)
+        existing = self.index_progress(sae_id)
+        if existing is not None:
+            if (existing.corpus, existing.context_size, existing.top_k) != (corpus, context_size, top_k):
+                raise IndexConfigError(
+                    f"SAE {sae_id} was indexed with corpus={existing.corpus!r}, context_size={existing.context_size}, "
+                    f"top_k={existing.top_k}; this run asks for {corpus!r}, {context_size}, {top_k}. Use the same "
+                    "settings to resume, or a new store."
+                )
+            return existing
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO index_runs (sae_id, corpus, context_size, top_k, next_window, n_tokens, finalized, config) "
+                "VALUES (?, ?, ?, ?, 0, 0, false, ?)",
+                [sae_id, corpus, context_size, top_k, dumps(config)],
+            ).fetchall()
+        progress = self.index_progress(sae_id)
+        assert progress is not None
+        return progress
+
+    def index_progress(self, sae_id: str) -> IndexProgress | None:
+        """Indexing state of `sae_id`, or None if never indexed."""
+        return self._cached(("progress", sae_id), lambda: self._read_progress(sae_id))
+
+    def _read_progress(self, sae_id: str) -> IndexProgress | None:
+        """index_progress without the session cache."""
+        with self._conn() as conn:
+            row = first(
+                conn.execute(
+                    "SELECT sae_id, corpus, context_size, top_k, next_window, n_tokens, finalized, config "
+                    "FROM index_runs WHERE sae_id = ?",
+                    [sae_id],
+                )
+            )
+        if row is None:
+            return None
+        return IndexProgress(
+            sae_id=row[0],
+            corpus=row[1],
+            context_size=int(row[2]),
+            top_k=None if row[3] is None else int(row[3]),
+            next_window=int(row[4]),
+            n_tokens=int(row[5]),
+            finalized=bool(row[6]),
+            config=loads(row[7]),
+        )
+
+    def _indexed(self, sae_id: str) -> IndexProgress:
+        """Index progress of `sae_id`, raising NotIndexedError when it was never indexed."""
+        progress = self.index_progress(sae_id)
+        if progress is None:
+            self.get_sae(sae_id)
+            raise NotIndexedError(
+                f"SAE {sae_id} has no activations in {self.path}; run `workbench index` first."
+            )
+        return progress
+
+    def add_activations(self, sae_id: str, batch: Table | RecordBatch) -> int:
+        """Append sparse activations (columns feature, window_id, position, value) to staging; return rows added.
+
+        Rows become queryable after `finalize_index`, which sorts them by feature. Prefer `add_index_batch`, which
+        also records progress in the same transaction (resumable, no duplicates).
+        """
+        table = _activation_table(batch)
+        with self._write() as conn:
+            insert_arrow(
+                conn,
+                "_new_acts",
+                table,
+                "INSERT INTO activations_staging SELECT ?, feature, window_id, position, value FROM _new_acts",
+                [sae_id],
+            )
+        return int(table.num_rows)
+
+    def add_index_batch(
+        self,
+        sae_id: str,
+        corpus: str,
+        windows: dict[str, Any],
+        activations: Table | RecordBatch,
+        next_window: int,
+        n_tokens: int,
+    ) -> None:
+        """Atomically store one indexed batch: windows (kwargs of add_windows minus corpus), activations, progress.
+
+        Skips the batch if progress is already past `next_window` (a re-run after a crash between commit and
+        return), so no activation row is ever written twice.
+        """
+        with self._write() as conn:
+            row = first(conn.execute("SELECT next_window FROM index_runs WHERE sae_id = ?", [sae_id]))
+            if row is None:
+                raise NotIndexedError(f"call start_index({sae_id!r}, …) before add_index_batch.")
+            if int(row[0]) >= next_window:
+                return
+            self.add_windows(corpus, **windows)
+            self.add_activations(sae_id, activations)
+            conn.execute(
+                "UPDATE index_runs SET next_window = ?, n_tokens = n_tokens + ?, finalized = false, "
+                "updated_at = current_timestamp WHERE sae_id = ?",
+                [next_window, n_tokens, sae_id],
+            ).fetchall()
+
+    def finalize_index(self, sae_id: str) -> int:
+        """Move staged activations into the query table sorted by (feature, window, position); return rows moved.
+
+        Sorting by feature makes DuckDB's per-row-group min/max skip almost everything for one-feature queries.
+        """
+        with self._write() as conn:
+            conn.execute(
+                "INSERT INTO activations SELECT * FROM activations_staging WHERE sae_id = ? "
+                "ORDER BY feature, window_id, position",
+                [sae_id],
+            ).fetchall()
+            moved = count(conn.execute("DELETE FROM activations_staging WHERE sae_id = ?", [sae_id]))
+            conn.execute("UPDATE index_runs SET finalized = true WHERE sae_id = ?", [sae_id]).fetchall()
+        return moved
+
+    def activation_count(self, sae_id: str, staged: bool = False) -> int:
+        """Number of stored activation rows of `sae_id` (query table, or staging when `staged`)."""
+        table = "activations_staging" if staged else "activations"
+        with self._conn() as conn:
+            return count(conn.execute(f"SELECT count(*) FROM {table} WHERE sae_id = ?", [sae_id]))
+
+    def activation_coordinates(self, sae_id: str) -> Table:
+        """All (feature, window_id, position, value) rows of `sae_id` as Arrow (for vectorised statistics)."""
+        with self._conn() as conn:
+            return arrow(
+                conn, "SELECT feature, window_id, position, value FROM activations WHERE sae_id = ?", [sae_id]
+            )
+
+    def indexed_window_ids(self, sae_id: str) -> np.ndarray:
+        """Ids of the windows `sae_id` was indexed over (ascending)."""
+        return self._cached(("indexed", sae_id), lambda: self._read_indexed(sae_id)).copy()
+
+    def _read_indexed(self, sae_id: str) -> np.ndarray:
+        """indexed_window_ids without the session cache."""
+        progress = self._indexed(sae_id)
+        with self._conn() as conn:
+            cols = numpy_columns(
+                conn,
+                "SELECT window_id FROM windows WHERE corpus = ? AND window_id < ? ORDER BY window_id",
+                [progress.corpus, progress.next_window],
+            )
+        return cols["window_id"].astype(np.int64)
+
+
+_ACTIVATION_SCHEMA = pa.schema(
+    [("feature", pa.int32()), ("window_id", pa.int64()), ("position", pa.int16()), ("value", pa.float32())]
+)
+
+
+def _activation_table(batch: Table | RecordBatch) -> Table:
+    """Validate and cast an activation batch to the store's column types."""
+    table = pa.Table.from_batches([batch]) if isinstance(batch, pa.RecordBatch) else batch
+    missing = [c for c in ACTIVATION_COLUMNS if c not in table.column_names]
+    if missing:
+        raise StoreError(f"activation batch lacks columns {missing}; expected {list(ACTIVATION_COLUMNS)}.")
+    return table.select(list(ACTIVATION_COLUMNS)).cast(_ACTIVATION_SCHEMA)
