@@ -7,7 +7,10 @@ close negatives lower the score compared with random ones, paired over the featu
 pair present: SIMILAR_NEGATIVE vs RANDOM_NEGATIVE, SIMILAR_NEGATIVE vs RANDOM, SIMILAR vs RANDOM (tree paper:
 random negatives hide false positives). A third shows PRISM polysemanticity (mean pairwise cosine of a feature's
 descriptions vs the same for random descriptions of other features; lower = more distinct concepts). A fourth shows
-rule complexity (an LLM's 0..5 rating of each rule, tree paper; lower = simpler), per explainer and rating LLM.
+rule complexity (an LLM's 0..5 rating of each rule, tree paper; lower = simpler), per explainer and rating LLM. A
+fifth shows CoSy description scores summarised as PRISM's Table 1 prints them (evaluation/cosy_summary.py, the same
+functions that reproduce the paper's Table 1 from its released results): PRISM (mean) over all description rows,
+PRISM (max) over each feature's best description, AUC with its 95% t CI and MAD ± SD.
 
     rows = collect_rows(store, sae_id);  print(render_markdown(rows, negative_deltas(store, sae_id)))
 """
@@ -22,6 +25,13 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from sae_workbench.evaluation.cosy_summary import (
+    RULES,
+    CosySummary,
+    DescriptionScore,
+    summarise_cosy,
+    summarise_polysemanticity,
+)
 from sae_workbench.evaluation.scoring import t_confidence_interval
 from sae_workbench.store import Store
 
@@ -129,6 +139,16 @@ class ComplexityRow:
     """Explanations of dead features."""
 
 
+@dataclass(frozen=True)
+class CosyRow:
+    """One explainer's CoSy description scores under one of PRISM's aggregation rules (Kopf et al. 2025, Table 1)."""
+
+    explainer: str
+    """Explainer name."""
+    summary: CosySummary
+    """AUC mean (95% t CI) and MAD mean ± SD under the rule ("mean" over descriptions, "max" per feature)."""
+
+
 def _values(store: Store, sae_id: str, features: set[int] | None):
     """{(explainer, scorer, source): {"ok": {feature: value}, "fp": [...], "failed": n}} from the store."""
     out: dict[tuple[str, str, str], dict] = defaultdict(lambda: {"ok": {}, "fp": [], "failed": 0, "dead": 0})
@@ -219,18 +239,46 @@ def polysemanticity_rows(
         )
     rows = []
     for explainer, cell in sorted(cells.items()):
-        sims = [v[0] for v in cell["ok"].values()]
-        bases = [v[1] for v in cell["ok"].values() if not math.isnan(v[1])]
+        summary = summarise_polysemanticity(list(cell["ok"].values()))
         rows.append(
             PolysemanticityRow(
-                explainer,
-                float(np.mean(sims)) if sims else math.nan,
-                float(np.mean(bases)) if bases else math.nan,
-                len(sims),
-                cell["skipped"],
+                explainer, summary.similarity, summary.random_baseline, summary.n_features, cell["skipped"]
             )
         )
     return rows
+
+
+def _number(value: float | int | None) -> float:
+    """A stored metric as a float (NaN when missing or null)."""
+    return math.nan if value is None else float(value)
+
+
+def cosy_rows(store: Store, sae_id: str, features: list[int] | None = None) -> list[CosyRow]:
+    """Per explainer: PRISM (mean) and PRISM (max) of the CoSy scores of its descriptions (latest score per feature).
+
+    A PRISM explanation's score holds one AUC/MAD per cluster description (metrics["descriptions"]); any other
+    explanation is one description.
+    """
+    wanted = set(features) if features is not None else None
+    explanations = {e.id: e for e in store.explanations(sae_id=sae_id)}
+    latest: dict[str, dict[int, list[DescriptionScore]]] = defaultdict(dict)
+    for s in store.scores(sae_id=sae_id, scorer="cosy"):
+        e = explanations.get(s.explanation_id)
+        if (
+            e is None
+            or (wanted is not None and e.feature not in wanted)
+            or s.metrics.get("status", "ok") != "ok"
+        ):
+            continue
+        described = s.metrics.get("descriptions") or [s.metrics]
+        latest[e.explainer][e.feature] = [
+            DescriptionScore(e.feature, _number(d.get("auc")), _number(d.get("mad"))) for d in described
+        ]
+    return [
+        CosyRow(explainer, summarise_cosy([d for ds in per_feature.values() for d in ds], rule))
+        for explainer, per_feature in sorted(latest.items())
+        for rule in RULES
+    ]
 
 
 def complexity_rows(store: Store, sae_id: str, features: list[int] | None = None) -> list[ComplexityRow]:
@@ -275,8 +323,9 @@ def render_markdown(
     title: str = "",
     polysemanticity: list[PolysemanticityRow] | None = None,
     complexity: list[ComplexityRow] | None = None,
+    cosy: list[CosyRow] | None = None,
 ) -> str:
-    """The tables as Markdown (the polysemanticity and complexity ones when given)."""
+    """The tables as Markdown (the polysemanticity, complexity and CoSy ones when given)."""
     lines = [f"# {title}", ""] if title else []
     lines += [
         "Higher is better for every metric except false-positive tokens. CI = 95% Student-t interval over features.",
@@ -331,6 +380,21 @@ def render_markdown(
                 f"| {c.explainer} | {c.rater} | {_fmt(c.mean_rating, 2)} | {_fmt(c.mean_max_rating, 2)} | "
                 f"{_fmt(c.mean_rules, 1)} | {c.n_features} | {c.n_failed} | {c.n_dead} |"
             )
+    if cosy:
+        lines += [
+            "",
+            "CoSy description scores as PRISM's Table 1 prints them (Kopf et al. 2025): 'mean' averages all "
+            "descriptions, 'max' each feature's best; AUC mean (95% t CI), MAD mean ± SD:",
+            "",
+            "| explainer | rule | AUC | MAD | averaged | features | descriptions |",
+            "|---|---|---|---|---|---|---|",
+        ]
+        for c in cosy:
+            m = c.summary
+            lines.append(
+                f"| {c.explainer} | {m.rule} | {m.auc_text(3)} | {m.mad_text(2)} | {m.n} | {m.n_features} | "
+                f"{m.n_descriptions} |"
+            )
     return "\n".join(lines) + "\n"
 
 
@@ -339,11 +403,13 @@ def render_csv(
     deltas: list[NegativeDelta],
     polysemanticity: list[PolysemanticityRow] | None = None,
     complexity: list[ComplexityRow] | None = None,
+    cosy: list[CosyRow] | None = None,
 ) -> str:
     """One CSV: the cells, the deltas as rows whose negative_source is '<close>-<random>' (e.g.
     'SIMILAR_NEGATIVE-RANDOM_NEGATIVE'), then polysemanticity rows (scorer 'polysemanticity', metrics
     'mean_pairwise_cosine' and 'random_baseline_cosine'), then complexity rows (scorer 'complexity', negative_source
-    = the rating LLM, metrics 'mean_rating' and 'mean_max_rating')."""
+    = the rating LLM, metrics 'mean_rating' and 'mean_max_rating'), then CoSy summaries (scorer 'cosy',
+    negative_source 'prism_mean' or 'prism_max', metrics 'auc' with its 95% t CI, 'mad' and 'mad_std')."""
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(
@@ -418,4 +484,12 @@ def render_csv(
                     c.n_dead,
                 ]
             )
+    for c in cosy or []:
+        m, source = c.summary, f"prism_{c.summary.rule}"
+        for metric, value, low, high in (
+            ("auc", m.auc_mean, m.auc_ci_low, m.auc_ci_high),
+            ("mad", m.mad_mean, "", ""),
+            ("mad_std", m.mad_std, "", ""),
+        ):
+            w.writerow([c.explainer, "cosy", source, metric, value, low, high, m.n, "", "", ""])
     return buf.getvalue()

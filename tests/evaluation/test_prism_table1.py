@@ -8,6 +8,7 @@ PRISM_TABLE1_DATA). They go through evaluation/cosy_summary.py, the aggregation 
 
 import math
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -182,3 +183,50 @@ def test_cli_prints_the_table() -> None:
     row = next(line for line in out.output.splitlines() if line.startswith("| PRISM (max) |"))
     assert "| 0.85 (0.78-0.91) | 2.98±3.16 |" in row and "| 0.71 (0.63-0.78) | 1.24±2.51 |" in row
     assert "| GPT-2 XL | 0.418 | 0.359 | 60 |" in out.output
+
+
+@needs_data
+def test_report_path_reproduces_table1_from_stored_cosy_scores(tmp_path: Path) -> None:
+    """The paper's GPT-2 XL PRISM scores stored as our CoSy scores give Table 1's cells in `workbench report`."""
+    from sae_workbench.cli import _register_stage_commands, app
+    from sae_workbench.evaluation.prism_reference import load_cosy_csv
+    from sae_workbench.evaluation.report import cosy_rows, render_csv
+    from sae_workbench.store import ExplanationRecord, ScoreRecord, Store
+
+    rows = load_cosy_csv(DATA / cosy_file("gpt2-xl"))
+    units = sorted({r.feature for r in rows}, key=str)
+    store = Store.open(tmp_path / "prism.duckdb")
+    store.register_sae("gpt2xl", "gpt2-xl", "blocks.0.hook_mlp_out", 1600, 6400, {})
+    for i, unit in enumerate(units):
+        described = [
+            {"description": f"d{j}", "auc": r.auc, "mad": r.mad}
+            for j, r in enumerate(rows)
+            if r.feature == unit
+        ]
+        expl = ExplanationRecord(
+            sae_id="gpt2xl", feature=i, explainer="prism", explainer_version="v", prompt_version="", llm_model="",
+            llm_params={}, sampling={}, example_ids=[], negative_ids=[], text="x", config_key=f"prism-{i}",
+        )  # fmt: skip
+        eid = store.add_explanation(expl)
+        metrics = {"status": "ok", "auc": max(d["auc"] for d in described), "descriptions": described}
+        store.add_score(ScoreRecord(eid, "cosy", "cosy-v1", "", metrics))
+    summaries = {r.summary.rule: r.summary for r in cosy_rows(store, "gpt2xl")}
+    for rule, method in (("mean", "PRISM (mean)"), ("max", "PRISM (max)")):
+        assert (summaries[rule].auc_text(), summaries[rule].mad_text()) == TABLE1[("GPT-2 XL", method)]
+    assert "prism,cosy,prism_max,auc," in render_csv([], [], cosy=cosy_rows(store, "gpt2xl"))
+    del store
+    _register_stage_commands()
+    out = CliRunner().invoke(app, ["report", "--store", str(tmp_path / "prism.duckdb"), "--sae", "gpt2xl"])
+    assert out.exit_code == 0, out.output
+    printed = {
+        line.split("|")[2].strip(): line.split("|")[3:6]
+        for line in out.output.splitlines()
+        if line.startswith("| prism | ")
+    }
+    for rule, method in (("mean", "PRISM (mean)"), ("max", "PRISM (max)")):
+        auc, mad, averaged = (cell.strip() for cell in printed[rule])
+        mean, low, high = (float(x) for x in re.fullmatch(r"(\S+) \((\S+)-(\S+)\)", auc).groups())  # type: ignore[union-attr]
+        assert (
+            f"{mean:.2f} ({low:.2f}-{high:.2f})" == TABLE1[("GPT-2 XL", method)][0]
+        )  # the report prints 3 decimals
+        assert mad == TABLE1[("GPT-2 XL", method)][1] and averaged == ("300" if rule == "mean" else "60")

@@ -179,6 +179,7 @@ def report(
     from sae_workbench.evaluation.report import (
         collect_rows,
         complexity_rows,
+        cosy_rows,
         negative_deltas,
         polysemanticity_rows,
         render_csv,
@@ -195,10 +196,11 @@ def report(
     feats = parse_features(features)
     rows, deltas = collect_rows(st, sae, feats), negative_deltas(st, sae, feats)
     poly, comp = polysemanticity_rows(st, sae, feats), complexity_rows(st, sae, feats)
+    cosy = cosy_rows(st, sae, feats)
     text = (
-        render_markdown(rows, deltas, f"Scores of SAE {sae}", poly, comp)
+        render_markdown(rows, deltas, f"Scores of SAE {sae}", poly, comp, cosy)
         if format == "md"
-        else render_csv(rows, deltas, poly, comp)
+        else render_csv(rows, deltas, poly, comp, cosy)
     )
     if out is None:
         typer.echo(text, nl=False)
