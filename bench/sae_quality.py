@@ -98,7 +98,9 @@ def main() -> None:
         )
         with tempfile.TemporaryDirectory() as tmp:
             started = time.perf_counter()
-            result = train_sae(_train_part(args.cache, args.hook, train_shards), d_in, cfg, Path(tmp))
+            model = ActivationCache(args.cache).manifest.model
+            source = _train_part(args.cache, args.hook, train_shards)
+            result = train_sae(source, d_in, cfg, Path(tmp), model_name=model, hook=args.hook)
             seconds = time.perf_counter() - started
             metrics = evaluate_on_activations(load_sae(tmp), held_out)
         rows.append((name, cfg, result.n_steps, seconds, metrics))

@@ -116,6 +116,8 @@ def main() -> None:
             576,
             cfg,
             tmp / "stream",
+            model_name="smollm2-135m",
+            hook=HOOK,
             progress=False,
             device=device,
         )
@@ -132,6 +134,8 @@ def main() -> None:
             576,
             TrainConfig(**{**cfg.to_dict(), "shuffle_chunks": 1}),
             tmp / "cached",
+            model_name="smollm2-135m",
+            hook=HOOK,
             progress=False,
             device=device,
         )

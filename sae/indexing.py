@@ -179,16 +179,18 @@ def index_sae(
 ) -> IndexResult:
     """Index `sae` over the first `n_tokens` tokens of `corpus` into `store` (resuming any earlier run).
 
-    `sae_path` (where the SAE was loaded from) is recorded in its config so the app's playground can reload it;
-    `sae_metrics` (e.g. the metrics.json `workbench train` wrote next to the SAE) are stored with the SAE.
+    `sae_path` (where the SAE was loaded from) is recorded in its config so the app's playground can reload it; when
+    it is a folder with a training record, the SAE's id is read back from it (`sae.io.sae_id_of`) instead of
+    rehashing the weights. `sae_metrics` (e.g. the metrics.json `workbench train` wrote next to the SAE) are stored
+    with the SAE.
     """
-    from sae_workbench.sae.io import compute_sae_id
+    from sae_workbench.sae.io import sae_id_of
 
     cfg = config or IndexConfig()
     name = model_name or model.cfg.model_name
     check_sae_hook(sae, model, hook)
     check_context_size(model, cfg.context_size)
-    sae_id = compute_sae_id(sae, name, hook)
+    sae_id = sae_id_of(sae, name, hook, sae_path)
     sae_cfg = {**sae.cfg.to_dict(), **({"path": sae_path} if sae_path else {})}
     store.register_sae(sae_id, name, hook, sae.cfg.d_in, sae.cfg.d_sae, sae_cfg, sae_metrics)
     tokenizer = model.tokenizer

@@ -6,6 +6,7 @@ sae = load_sae("path/to/sparsify/layers.3")         # sparsify folder (cfg.json 
 sae = load_sae("path/to/params.npz", hook="blocks.3.hook_resid_post")   # Gemma Scope file
 check_sae_matches(sae, model, "blocks.3.hook_resid_post")
 sae_id = compute_sae_id(sae, "smollm2-135m", "blocks.3.hook_resid_post")
+sae_id = sae_id_of(sae, "smollm2-135m", "blocks.3.hook_resid_post", "runs/topk-8x")   # read back from training
 """
 
 from __future__ import annotations
@@ -42,6 +43,8 @@ GEMMA_SCOPE_FILENAMES = ("params.npz", "params.safetensors")
 # SAELens folders written by sae-lens < 7 load (pre-6 configs through sae-lens's own defaulting); 7+ is unknown.
 MAX_SAE_LENS_MAJOR = 6
 SAE_ID_LENGTH = 16
+TRAIN_RESULT_FILENAME = "train_result.json"
+"""Written by `train_sae` next to the SAE; records the SAE's id (with the model, hook and shapes it was made for)."""
 # Config fields that change what an SAE computes (hashed into its id when its inference config has them).
 _ID_SETTINGS = (
     "d_in",
@@ -68,6 +71,10 @@ class UnknownArchitectureError(SAELoadError):
 
 class UnsupportedSAEVersionError(SAELoadError):
     """An SAE config comes from a format version this workbench cannot read."""
+
+
+class SAEIdError(WorkbenchError):
+    """An SAE id was asked for without the model or hook the SAE reads (both are part of the id)."""
 
 
 class SAEShapeMismatchError(WorkbenchError):
@@ -358,8 +365,14 @@ def compute_sae_id(sae: SAE[Any], model_name: str, hook: str) -> str:
     """Content hash (16 hex chars) of the SAE's weights, architecture settings, model name and hook.
 
     Weights are hashed in their saved (inference) form as float32, so the id is the same before saving and after
-    loading, and changes whenever a weight, k, threshold, model or hook changes.
+    loading, and changes whenever a weight, k, threshold, model or hook changes. `model_name` and `hook` are
+    required (an SAE's id names what it reads): an empty one raises SAEIdError.
     """
+    for what, value in (("model", model_name), ("hook", hook)):
+        if not isinstance(value, str) or not value.strip():
+            raise SAEIdError(
+                f"an SAE id needs the {what} the SAE reads (got {value!r}); pass --model and --hook of the SAE."
+            )
     digest = hashlib.sha256()
     state = {k: v.detach().clone() for k, v in sae.state_dict().items()}
     if isinstance(sae, TrainingSAE):
@@ -380,3 +393,53 @@ def compute_sae_id(sae: SAE[Any], model_name: str, hook: str) -> str:
         digest.update(str(tuple(tensor.shape)).encode())
         digest.update(tensor.numpy().tobytes())
     return digest.hexdigest()[:SAE_ID_LENGTH]
+
+
+def id_record(sae: SAE[Any], folder: Path, model_name: str, hook: str, sae_id: str) -> dict[str, Any]:
+    """What `train_sae` records about the id of the SAE it saved in `folder` (see `recorded_sae_id`)."""
+    return {
+        "sae_id": sae_id,
+        "model_name": model_name,
+        "hook": hook,
+        "d_in": int(sae.cfg.d_in),
+        "d_sae": int(sae.cfg.d_sae),
+        "weights_bytes": (Path(folder) / WEIGHTS_FILENAME).stat().st_size,
+    }
+
+
+def recorded_sae_id(folder: Path | str, sae: SAE[Any], model_name: str, hook: str) -> str | None:
+    """The id training recorded in `folder`/train_result.json, or None when there is none for this SAE.
+
+    The record counts only when it was made for the same model and hook, the SAE has the recorded d_in/d_sae and the
+    weights file still has the recorded size: a cheap check (no rehash) that catches a folder whose SAE was replaced.
+    `train_sae` removes the record before it overwrites the weights, so a killed run leaves none behind.
+    """
+    path = Path(folder) / TRAIN_RESULT_FILENAME
+    weights = Path(folder) / WEIGHTS_FILENAME
+    if not path.is_file() or not weights.is_file():
+        return None
+    try:
+        record = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None
+    expected = {
+        "model_name": model_name,
+        "hook": hook,
+        "d_in": int(sae.cfg.d_in),
+        "d_sae": int(sae.cfg.d_sae),
+        "weights_bytes": weights.stat().st_size,
+    }
+    if not isinstance(record, dict) or any(record.get(k) != v for k, v in expected.items()):
+        return None
+    sae_id = record.get("sae_id")
+    return sae_id if isinstance(sae_id, str) and len(sae_id) == SAE_ID_LENGTH else None
+
+
+def sae_id_of(sae: SAE[Any], model_name: str, hook: str, source: str | Path | None = None) -> str:
+    """The SAE's id: read back from its training record when `source` (where it was loaded from) is a folder with
+    one that matches (`recorded_sae_id`), else computed from the weights (`compute_sae_id`)."""
+    if source is not None and Path(source).expanduser().is_dir():
+        recorded = recorded_sae_id(Path(source).expanduser(), sae, model_name, hook)
+        if recorded is not None:
+            return recorded
+    return compute_sae_id(sae, model_name, hook)

@@ -3,10 +3,13 @@ resume after a kill, NaN/inf handling, a progress bar and a local JSONL log.
 
     from sae_workbench.sae.data import streaming_source
     source = streaming_source(model, "blocks.3.hook_resid_post", resolve_corpus("default"))
-    result = train_sae(source, d_in=576, cfg=TrainConfig(architecture="topk", n_tokens=2_000_000), out=Path("runs/t"))
+    result = train_sae(source, d_in=576, cfg=TrainConfig(architecture="topk", n_tokens=2_000_000), out=Path("runs/t"),
+                       model_name="smollm2-135m", hook="blocks.3.hook_resid_post")
 
 The output folder holds the SAE in SAELens format (cfg.json, sae_weights.safetensors, sparsity.safetensors),
-train_config.json, train_log.jsonl and checkpoints/ (the latest complete one; `resume=True` continues from it).
+train_config.json, train_log.jsonl, checkpoints/ (the latest complete one; `resume=True` continues from it) and, once
+finished, train_result.json: the run's summary and the SAE's id, which `sae.io.sae_id_of` reads back instead of
+rehashing the weights.
 """
 
 from __future__ import annotations
@@ -32,7 +35,13 @@ from tqdm.auto import tqdm
 from sae_workbench import paths
 from sae_workbench.errors import WorkbenchError
 from sae_workbench.sae.data import ChunkSource, NanPolicy, ShuffledBatches
-from sae_workbench.sae.io import UnknownArchitectureError, compute_sae_id, save_sae
+from sae_workbench.sae.io import (
+    TRAIN_RESULT_FILENAME,
+    UnknownArchitectureError,
+    compute_sae_id,
+    id_record,
+    save_sae,
+)
 from sae_workbench.sae.sparse_step import SparseTopKTrainingSAE
 
 log = logging.getLogger(__name__)
@@ -126,6 +135,10 @@ class TrainResult:
     """SAELens folder of the trained SAE."""
     sae_id: str
     """Content hash of weights + model + hook (see sae.io.compute_sae_id)."""
+    model_name: str
+    """Model whose activations the SAE reads (part of the id)."""
+    hook: str
+    """Hook the SAE reads (part of the id)."""
     n_tokens: int
     """Tokens trained on."""
     n_steps: int
@@ -258,6 +271,22 @@ def _step_stats(out: TrainStepOutput) -> dict[str, float]:
     return stats
 
 
+def _log_to_wandb(
+    trainer: SAETrainer[Any, Any], step_out: TrainStepOutput, sparsity_log: dict[str, Any]
+) -> None:
+    """Send sae-lens's own step metrics (every `wandb_log_frequency` steps) and sparsity window to W&B."""
+    import wandb
+
+    step = trainer.n_training_steps
+    if sparsity_log:
+        wandb.log(sparsity_log, step=step)
+    if (step + 1) % trainer.cfg.logger.wandb_log_frequency == 0:
+        wandb.log(
+            trainer.build_train_step_log_dict(output=step_out, n_training_samples=trainer.n_training_samples),
+            step=step,
+        )
+
+
 def _save_checkpoint(trainer: SAETrainer[Any, Any], batches: ShuffledBatches, out: Path) -> Path:
     """Write a complete checkpoint, then point checkpoints/latest.json at it and drop older ones."""
     base = out / "checkpoints"
@@ -294,8 +323,8 @@ def train_sae(
     cfg: TrainConfig,
     out: Path,
     *,
-    model_name: str = "unknown",
-    hook: str = "unknown",
+    model_name: str,
+    hook: str,
     metadata: dict[str, Any] | None = None,
     resume: bool = False,
     progress: bool = True,
@@ -304,9 +333,12 @@ def train_sae(
     """Train an SAE on activations from `source`, checkpointing into `out`; save it there in SAELens format.
 
     The SAE is initialised on the CPU (the same weights for a seed on any device), then trained on `device`.
+    `model_name` and `hook` name what the activations are (both go into the SAE's id and its cfg metadata).
     """
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
+    # The weights in `out` are about to change: an earlier run's id record must not outlive them.
+    (out / TRAIN_RESULT_FILENAME).unlink(missing_ok=True)
     meta = {"model_name": model_name, "hook_name": hook, **(metadata or {})}
     sae = build_training_sae(cfg, d_in, meta, device)
     trainer_cfg = _trainer_config(cfg, out, device)
@@ -344,12 +376,12 @@ def train_sae(
     recent: deque[torch.Tensor] = deque(maxlen=cfg.calibration_batches)
     with open(out / "train_log.jsonl", "a") as log_file:
         while trainer.n_training_samples < total:
-            trainer.maybe_reset_sparsity()
+            sparsity_log = trainer.maybe_reset_sparsity()
             batch = next(batches)
             recent.append(batch)
             step_out = trainer.step(batch)
             if cfg.wandb:
-                trainer._log_train_step(step_out)
+                _log_to_wandb(trainer, step_out, sparsity_log)
             trainer.n_training_steps += 1
             step = trainer.n_training_steps
             if step % cfg.log_every == 0 or trainer.n_training_samples >= total:
@@ -390,7 +422,7 @@ def train_sae(
     # Saved weights and cfg.json say cpu whatever device trained them (load_sae picks the device).
     sae.to("cpu")
     save_sae(sae, out, trainer.log_feature_sparsity)
-    sae_id = compute_sae_id(sae, model_name, hook)
+    sae_id = compute_sae_id(sae, model_name, hook)  # the one hash of this SAE; readers use the record below
     if cfg.wandb:
         import wandb
 
@@ -399,6 +431,8 @@ def train_sae(
     result = TrainResult(
         folder=out,
         sae_id=sae_id,
+        model_name=model_name,
+        hook=hook,
         n_tokens=trainer.n_training_samples,
         n_steps=trainer.n_training_steps,
         seconds=seconds,
@@ -407,6 +441,7 @@ def train_sae(
         skipped_rows=batches.skipped_rows,
     )
     summary = {k: (str(v) if isinstance(v, Path) else v) for k, v in dataclasses.asdict(result).items()}
-    (out / "train_result.json").write_text(json.dumps(summary, indent=1))
+    summary.update(id_record(sae, out, model_name, hook, sae_id))
+    paths.atomic_write_bytes(out / TRAIN_RESULT_FILENAME, json.dumps(summary, indent=1).encode())
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
     return result

@@ -12,6 +12,7 @@ from sae_lens import (
     BatchTopKTrainingSAEConfig,
     JumpReLUSAE,
     TopKSAE,
+    TopKSAEConfig,
     TopKTrainingSAE,
     TopKTrainingSAEConfig,
 )
@@ -26,6 +27,7 @@ from sae_workbench.sae.io import (
     check_sae_matches,
     compute_sae_id,
     load_sae,
+    sae_id_of,
     save_sae,
 )
 
@@ -72,6 +74,28 @@ def test_sae_id_changes_with_weights_model_hook():
     with torch.no_grad():
         sae.b_dec[0] += 1e-3
     assert compute_sae_id(sae, "tiny", "blocks.1.hook_resid_post") != base
+
+
+# The id of `fixed_sae()` as compute_sae_id gave it at 0e9fae2 (unchanged since the stores were first written):
+# existing stores key every row by these ids, so any change to the hashing must show up here.
+FIXED_SAE_ID = "c8c9035a32dff981"
+
+
+def fixed_sae() -> TopKSAE:
+    """A 4→6 TopK SAE whose weights are set value by value (no RNG, so no torch version can change them)."""
+    sae = TopKSAE(TopKSAEConfig(d_in=4, d_sae=6, k=2))
+    with torch.no_grad():
+        for i, (_, param) in enumerate(sorted(sae.named_parameters())):
+            param.copy_(torch.arange(param.numel(), dtype=torch.float32).reshape(param.shape) / (7 + i) - 0.5)
+    return sae
+
+
+def test_sae_id_of_a_fixed_sae_is_pinned(tmp_path: Path):
+    sae = fixed_sae()
+    assert compute_sae_id(sae, "tiny", "blocks.1.hook_resid_post") == FIXED_SAE_ID
+    # Saved and loaded, without a training record: the id is recomputed and still the same.
+    folder = save_sae(sae, tmp_path / "fixed")
+    assert sae_id_of(load_sae(folder), "tiny", "blocks.1.hook_resid_post", folder) == FIXED_SAE_ID
 
 
 def test_batchtopk_saves_as_jumprelu_with_threshold(tmp_path: Path):

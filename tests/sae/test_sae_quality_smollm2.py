@@ -42,7 +42,9 @@ def test_default_topk_settings_reach_honest_ev_floor(smollm2, tmp_path: Path):
 
     held_out = torch.cat([c.acts_ND for c in full(N_SHARDS - 1)])
     cfg = TrainConfig(expansion=4, k=32, n_tokens=45_000, shuffle_chunks=2, log_every=20)
-    result = train_sae(train_part, 576, cfg, tmp_path / "sae", progress=False)
+    result = train_sae(
+        train_part, 576, cfg, tmp_path / "sae", model_name="smollm2-135m", hook=HOOK, progress=False
+    )
     metrics = evaluate_on_activations(load_sae(result.folder), held_out.split(4096))
     # The earlier defaults (batch 4096, raw inputs, b_dec 0, lr 4e-4) reached held-out EV 0.05 even on 300k tokens.
     assert metrics["explained_variance"] > EV_FLOOR, metrics

@@ -14,14 +14,17 @@ import torch
 from sae_workbench.sae.data import (
     NonFiniteActivationsError,
     ShuffledBatches,
+    TrainingDataExhaustedError,
     cache_source,
     streaming_source,
     tensor_source,
 )
-from sae_workbench.sae.io import load_sae
+from sae_workbench.sae.io import SAEIdError, compute_sae_id, load_sae, recorded_sae_id, sae_id_of
 from sae_workbench.sae.train import ARCHITECTURES, ResumeError, TrainConfig, train_sae
 
 D_IN = 64
+# What the synthetic activations stand for: train_sae needs both (they are part of the SAE's id).
+MODEL, HOOK = "synthetic", "blocks.0.hook_resid_post"
 
 
 def synthetic_chunks(
@@ -104,6 +107,8 @@ def test_each_architecture_trains_saves_and_reloads(arch: str, tmp_path: Path):
         D_IN,
         small_cfg(architecture=arch, n_tokens=256 * 12),
         tmp_path,
+        model_name=MODEL,
+        hook=HOOK,
         progress=False,
     )
     sae = load_sae(result.folder)
@@ -114,12 +119,70 @@ def test_each_architecture_trains_saves_and_reloads(arch: str, tmp_path: Path):
     assert not (tmp_path / "checkpoints").exists()
 
 
+def test_training_records_the_sae_id_and_loaders_read_it_back(tmp_path: Path):
+    result = train_sae(
+        tensor_source(synthetic_chunks(), repeat=True),
+        D_IN,
+        small_cfg(n_tokens=256 * 4),
+        tmp_path,
+        model_name=MODEL,
+        hook=HOOK,
+        progress=False,
+    )
+    model, hook = MODEL, HOOK
+    sae = load_sae(tmp_path)
+    # The recorded id is the hash of the saved SAE, the same the hashing function gives directly.
+    assert result.sae_id == compute_sae_id(sae, model, hook) == sae_id_of(sae, model, hook, tmp_path)
+    record_path = tmp_path / "train_result.json"
+    record = json.loads(record_path.read_text())
+    assert (record["sae_id"], record["model_name"], record["hook"]) == (result.sae_id, model, hook)
+    # Loaders read the record (no rehash): a planted id comes back as it is...
+    record_path.write_text(json.dumps({**record, "sae_id": "0123456789abcdef"}))
+    assert sae_id_of(sae, model, hook, tmp_path) == "0123456789abcdef"
+    # ...but only for the model and hook it was made for, and while the weights file is the one it describes.
+    assert sae_id_of(sae, model, "blocks.1.hook_resid_post", tmp_path) == compute_sae_id(
+        sae, model, "blocks.1.hook_resid_post"
+    )
+    assert recorded_sae_id(tmp_path, sae, "other-model", hook) is None
+    record_path.write_text(json.dumps({**record, "sae_id": "0123456789abcdef", "weights_bytes": 1}))
+    assert sae_id_of(sae, model, hook, tmp_path) == result.sae_id
+    # A rerun into the folder drops the old record before it touches the weights (kept from a killed run otherwise).
+    with pytest.raises(TrainingDataExhaustedError):
+        train_sae(tensor_source([]), D_IN, small_cfg(), tmp_path, model_name=MODEL, hook=HOOK, progress=False)
+    assert not record_path.exists()
+
+
+def test_model_and_hook_are_required_for_an_id(tmp_path: Path):
+    with pytest.raises(SAEIdError, match="model"):
+        compute_sae_id(load_sae(train_small(tmp_path)), "", HOOK)
+    with pytest.raises(SAEIdError, match="hook"):
+        compute_sae_id(load_sae(tmp_path), MODEL, " ")
+    with pytest.raises(TypeError):
+        train_sae(tensor_source(synthetic_chunks()), D_IN, small_cfg(), tmp_path / "x", progress=False)  # type: ignore[call-arg]
+
+
+def train_small(out: Path) -> Path:
+    """A 4-step SAE in `out`."""
+    train_sae(
+        tensor_source(synthetic_chunks(), repeat=True),
+        D_IN,
+        small_cfg(n_tokens=256 * 4),
+        out,
+        model_name=MODEL,
+        hook=HOOK,
+        progress=False,
+    )
+    return out
+
+
 def test_topk_learns(tmp_path: Path):
     topk = train_sae(
         tensor_source(synthetic_chunks(), repeat=True),
         D_IN,
         small_cfg(n_tokens=256 * 60),
         tmp_path / "t",
+        model_name=MODEL,
+        hook=HOOK,
         progress=False,
     )
     assert topk.final["explained_variance"] > 0.5
@@ -134,6 +197,8 @@ def test_short_batchtopk_run_reloads_with_trained_l0(arch: str, tmp_path: Path):
         D_IN,
         small_cfg(architecture=arch, n_tokens=256 * 20),
         tmp_path,
+        model_name=MODEL,
+        hook=HOOK,
         progress=False,
     )
     sae = load_sae(res.folder)
@@ -165,12 +230,22 @@ def test_nan_rows_stop_with_location_or_are_skipped(tmp_path: Path):
     chunks[2][5, 3] = float("nan")
     chunks[2][9, 0] = float("inf")
     with pytest.raises(NonFiniteActivationsError, match=r"2 activation rows .* tensor 2"):
-        train_sae(tensor_source(chunks), D_IN, small_cfg(n_tokens=256 * 6), tmp_path / "stop", progress=False)
+        train_sae(
+            tensor_source(chunks),
+            D_IN,
+            small_cfg(n_tokens=256 * 6),
+            tmp_path / "stop",
+            model_name=MODEL,
+            hook=HOOK,
+            progress=False,
+        )
     res = train_sae(
         tensor_source(chunks),
         D_IN,
         small_cfg(n_tokens=256 * 6, nan_policy="skip"),
         tmp_path / "skip",
+        model_name=MODEL,
+        hook=HOOK,
         progress=False,
     )
     assert res.skipped_rows == 2
@@ -179,13 +254,22 @@ def test_nan_rows_stop_with_location_or_are_skipped(tmp_path: Path):
 
 def test_resume_refuses_other_settings(tmp_path: Path):
     with pytest.raises(ResumeError, match="no checkpoint"):
-        train_sae(tensor_source(synthetic_chunks()), D_IN, small_cfg(), tmp_path, resume=True, progress=False)
+        train_sae(
+            tensor_source(synthetic_chunks()),
+            D_IN,
+            small_cfg(),
+            tmp_path,
+            resume=True,
+            model_name=MODEL,
+            hook=HOOK,
+            progress=False,
+        )
 
 
 KILL_SCRIPT = """
 import sys, time, torch
 sys.path.insert(0, {root!r})
-from tests.sae.test_sae_train import synthetic_chunks, small_cfg, D_IN
+from tests.sae.test_sae_train import synthetic_chunks, small_cfg, D_IN, MODEL, HOOK
 from sae_workbench.sae.data import tensor_source
 from sae_workbench.sae.train import train_sae
 torch.set_num_threads(1)
@@ -194,7 +278,7 @@ def slow(start):
     for c in tensor_source(chunks, repeat=True)(start):
         time.sleep(0.2)   # a slow producer, like a model forward pass
         yield c
-train_sae(slow, D_IN, small_cfg(checkpoint_every=4), {out!r}, progress=False)
+train_sae(slow, D_IN, small_cfg(checkpoint_every=4), {out!r}, model_name=MODEL, hook=HOOK, progress=False)
 """
 
 
@@ -205,6 +289,8 @@ def test_killed_run_resumes_to_same_result(tmp_path: Path):
         D_IN,
         small_cfg(checkpoint_every=4),
         tmp_path / "ref",
+        model_name=MODEL,
+        hook=HOOK,
         progress=False,
     )
     out = tmp_path / "killed"
@@ -227,6 +313,8 @@ def test_killed_run_resumes_to_same_result(tmp_path: Path):
         small_cfg(checkpoint_every=4),
         out,
         resume=True,
+        model_name=MODEL,
+        hook=HOOK,
         progress=False,
     )
     assert resumed.n_tokens == reference.n_tokens

@@ -88,7 +88,15 @@ def test_training_with_the_sparse_step_gives_the_dense_run(tmp_path) -> None:
     for sparse in (True, False):
         cfg = small_cfg(sparse_step=sparse)
         assert isinstance(build_training_sae(cfg, D_IN), SparseTopKTrainingSAE) == sparse
-        result = train_sae(tensor_source(chunks), D_IN, cfg, tmp_path / str(sparse), progress=False)
+        result = train_sae(
+            tensor_source(chunks),
+            D_IN,
+            cfg,
+            tmp_path / str(sparse),
+            model_name="synthetic",
+            hook="h",
+            progress=False,
+        )
         runs[sparse] = (result, load_file(str(tmp_path / str(sparse) / "sae_weights.safetensors")))
     (res_s, w_s), (res_d, w_d) = runs[True], runs[False]
     assert res_s.n_steps == res_d.n_steps == 30
