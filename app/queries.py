@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from sae_workbench.app import playground, token_queries
+from sae_workbench.app import playground
 from sae_workbench.app.semantic import ExplanationIndex
 from sae_workbench.app.settings import CACHE_TTL_S, configured_store_path
 from sae_workbench.app.views import (
@@ -354,9 +354,8 @@ def _features_for_token(
         progress = store.index_progress(sae_id)
         if progress is None:
             raise NotIndexedError(f"SAE {sae_id} has no activations yet; run `{FILL_COMMANDS['index']}`.")
-        return token_queries.features_for_token(
-            store, sae_id, progress.corpus, progress.next_window, token, ignore_case=ignore_case, limit=limit
-        )
+        total, found = store.features_for_token(sae_id, token, ignore_case=ignore_case, limit=limit)
+    return total, [TokenFeatureHit(f.feature, f.n_fires, total, f.mean_value, f.max_value) for f in found]
 
 
 def feature_labels(path: str, sae_id: str, features: list[int]) -> dict[int, str]:

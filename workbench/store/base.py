@@ -72,7 +72,7 @@ class StoreBase:
         return held
 
     @contextmanager
-    def session(self) -> Generator[duckdb.DuckDBPyConnection, None, None]:
+    def session(self) -> Generator[Session, None, None]:
         """Hold the file for several calls (a dashboard render, a batch of writes); re-entrant per thread.
 
         Keep sessions short: while one is open, other processes wait (writers always; readers when it writes).
@@ -82,13 +82,13 @@ class StoreBase:
         """
         held = self._held()
         if held is not None:
-            yield held.conn
+            yield held.session
             return
         conn = open_connection(self.path, self.read_only, self.busy_timeout_s)
         held = _Held(conn, Session(self.path, self.read_only), HUB.generation(self.path))
         self._local.held = held
         try:
-            yield conn
+            yield held.session
         finally:
             self._local.held = None
             close_connection(self.path, conn)

@@ -282,3 +282,17 @@ class WindowEmbeddings:
     """(N,) int64, ascending."""
     embeddings_ND: np.ndarray
     """(N, D) float32, L2-normalised rows, same order."""
+
+
+@dataclass(frozen=True)
+class TokenFeature:
+    """A feature that fires on a token string, aggregated over the token's occurrences in the indexed windows."""
+
+    feature: int
+    """Feature index."""
+    n_fires: int
+    """Occurrences of the token on which the feature is active."""
+    mean_value: float
+    """Mean activation over those occurrences."""
+    max_value: float
+    """Largest activation on the token."""

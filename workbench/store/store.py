@@ -21,11 +21,12 @@ from sae_workbench.store.parquet import Parquet
 from sae_workbench.store.samples import Samples
 from sae_workbench.store.scores import Scores
 from sae_workbench.store.stats import Stats
+from sae_workbench.store.tokens import Tokens
 
 __all__ = ["IndexConfigError", "Session", "Store", "StoreBase"]
 
 
-class Store(Activations, Stats, Explanations, Scores, Samples, LLMCache, Embeddings, Parquet):
+class Store(Activations, Stats, Tokens, Explanations, Scores, Samples, LLMCache, Embeddings, Parquet):
     """A DuckDB feature store file. Open with `Store.open(path, read_only=False)`; see the package docstring."""
 
     @classmethod
