@@ -5,8 +5,14 @@ eval_result_details, sae_bench_commit_hash, sae_lens_id, sae_lens_release_id, sa
 eval_result_unstructured — plus workbench fields (workbench_sae_id, model_name, hook_name) that SAEBench readers
 ignore.
 
-    doc = absorption_eval_json(result, cfg, sae_id="3f2a…", model_name="smollm2-135m", sae_cfg=sae.cfg.to_dict())
+    pos = word_token_offset(model.tokenizer, cfg.probing.template)  # -6 for SmolLM2, as SAEBench's default
+    doc = absorption_eval_json(
+        result, cfg, sae_id="3f2a…", model_name="smollm2-135m", llm_dtype="float32", prompt_token_pos=pos
+    )
     write_eval_json(doc, Path("results/absorption.json"))
+
+The absorption document validates against SAEBench's own JSON schema (data/saebench/, vendored from the sae-bench
+package; tests/evaluation/test_absorption_export.py checks it).
 """
 
 from __future__ import annotations
@@ -20,10 +26,14 @@ from pathlib import Path
 from typing import Any
 
 from sae_workbench import paths
+from sae_workbench.errors import WorkbenchError
 from sae_workbench.evaluation.absorption import AbsorptionConfig, AbsorptionResult
+from sae_workbench.evaluation.probing import build_prompt
 
 EVAL_TYPE_ABSORPTION = "absorption_first_letter"  # SAEBench EVAL_TYPE_ID_ABSORPTION
 EVAL_TYPE_CORE = "core"  # SAEBench EVAL_TYPE_ID_CORE
+# A word whose prompt measures the template's word position (any word that stays one token in context will do).
+OFFSET_PROBE_WORD = " apple"
 # "Not SAEBench": this export is produced by the workbench, which has no SAEBench commit.
 NO_SAEBENCH_COMMIT = "not-sae-bench (sae-workbench export)"
 
@@ -94,8 +104,34 @@ def _envelope(
     }
 
 
-def absorption_eval_config(cfg: AbsorptionConfig, model_name: str) -> dict[str, Any]:
-    """SAEBench's AbsorptionEvalConfig fields, filled from ours (plus the workbench-only settings)."""
+class SAEBenchExportError(WorkbenchError):
+    """The prompt template's word position cannot be expressed as SAEBench's fixed offset."""
+
+
+def word_token_offset(tokenizer: Any, template: str, word: str = OFFSET_PROBE_WORD) -> int:
+    """SAEBench's prompt_token_pos: the word token's index counted from the prompt's end (negative).
+
+    Our probing finds the word's position per prompt from the tokenizer; the text after the word is the same for
+    every prompt, so the offset from the end is one number: −6 for "{word} has the first letter:" with SmolLM2's
+    tokenizer (" has", " the", " first", " letter", ":"), SAEBench's default.
+    """
+    head, full = build_prompt(word, [word.strip() or word], template)
+    head_ids = tokenizer(head, add_special_tokens=False)["input_ids"]
+    full_ids = tokenizer(full, add_special_tokens=False)["input_ids"]
+    if full_ids[: len(head_ids)] != head_ids:
+        raise SAEBenchExportError(
+            f"the text after {{word}} in {template!r} merges with the word {word!r} when tokenized; "
+            "pass another word to word_token_offset"
+        )
+    return len(head_ids) - 1 - len(full_ids)
+
+
+def absorption_eval_config(cfg: AbsorptionConfig, model_name: str, *, llm_dtype: str) -> dict[str, Any]:
+    """SAEBench's AbsorptionEvalConfig fields, filled from ours (plus the workbench-only settings).
+
+    prompt_token_pos needs the tokenizer and is added by `absorption_eval_json`; without it this dict is the
+    run's settings, which the CLI hashes into its resume key before the model is loaded.
+    """
     p = cfg.probing
     return {
         "model_name": model_name,
@@ -103,9 +139,8 @@ def absorption_eval_config(cfg: AbsorptionConfig, model_name: str) -> dict[str, 
         "f1_jump_threshold": cfg.f1_jump_threshold,
         "max_k_value": cfg.max_k,
         "prompt_template": p.template,
-        "prompt_token_pos": None,  # computed per prompt from the tokenizer, not a fixed offset
         "llm_batch_size": p.batch_size,
-        "llm_dtype": None,
+        "llm_dtype": llm_dtype,
         "k_sparse_probe_l1_decay": cfg.k_sparse_l1_decay,
         "k_sparse_probe_batch_size": 4096,
         "k_sparse_probe_num_epochs": cfg.k_sparse_epochs,
@@ -121,11 +156,17 @@ def absorption_eval_json(
     *,
     sae_id: str,
     model_name: str,
+    llm_dtype: str,
+    prompt_token_pos: int,
     sae_cfg: dict[str, Any] | None = None,
     eval_id: str | None = None,
     now_ms: int | None = None,
 ) -> dict[str, Any]:
-    """The absorption result as SAEBench's AbsorptionEvalOutput (details: included letters only, as SAEBench)."""
+    """The absorption result as SAEBench's AbsorptionEvalOutput (details: included letters only, as SAEBench).
+
+    llm_dtype is the subject model's dtype name ("float32", "bfloat16"); prompt_token_pos is
+    `word_token_offset(tokenizer, cfg.probing.template)`.
+    """
     details = [
         {
             "first_letter": x.first_letter,
@@ -144,7 +185,10 @@ def absorption_eval_json(
     }
     return _envelope(
         EVAL_TYPE_ABSORPTION,
-        absorption_eval_config(cfg, model_name),
+        {
+            **absorption_eval_config(cfg, model_name, llm_dtype=llm_dtype),
+            "prompt_token_pos": prompt_token_pos,
+        },
         {"mean": dataclasses.asdict(result.metrics)},
         details,
         sae_id=sae_id,

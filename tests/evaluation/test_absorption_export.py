@@ -1,9 +1,14 @@
-"""SAEBench-style JSON export (evaluation/saebench_json.py) and the `workbench absorption` command."""
+"""SAEBench-style JSON export (evaluation/saebench_json.py) and the `workbench absorption` command.
+
+The absorption export is validated against SAEBench's own JSON schema (data/saebench/, from the sae-bench package).
+"""
 
 import json
 import math
 from pathlib import Path
+from typing import Any
 
+import jsonschema
 import pytest
 from typer.testing import CliRunner
 
@@ -18,8 +23,21 @@ from sae_workbench.evaluation.saebench_json import (
     absorption_eval_json,
     core_eval_json,
     group_core_metrics,
+    word_token_offset,
     write_eval_json,
 )
+
+SCHEMA_PATH = (
+    Path(__file__).resolve().parents[2] / "data/saebench/eval_output_schema_absorption_first_letter.json"
+)
+
+
+def schema_errors(doc: dict[str, Any]) -> list[str]:
+    """Every violation of SAEBench's absorption output schema, as 'path: message'."""
+    schema = json.loads(SCHEMA_PATH.read_text())
+    validator = jsonschema.Draft202012Validator(schema)
+    return [f"{'/'.join(map(str, e.path))}: {e.message}" for e in validator.iter_errors(doc)]
+
 
 SAEBENCH_FIELDS = {
     "eval_type_id",
@@ -48,7 +66,14 @@ def _result() -> AbsorptionResult:
 
 def test_absorption_json_has_saebench_layout(tmp_path: Path) -> None:
     doc = absorption_eval_json(
-        _result(), AbsorptionConfig(), sae_id="abc", model_name="smollm2-135m", eval_id="e1", now_ms=5
+        _result(),
+        AbsorptionConfig(),
+        sae_id="abc",
+        model_name="smollm2-135m",
+        llm_dtype="bfloat16",
+        prompt_token_pos=-6,
+        eval_id="e1",
+        now_ms=5,
     )
     assert SAEBENCH_FIELDS <= set(doc)
     assert doc["eval_type_id"] == "absorption_first_letter"
@@ -69,7 +94,46 @@ def test_absorption_json_has_saebench_layout(tmp_path: Path) -> None:
     assert doc["eval_result_unstructured"]["absorbing_features"][0]["tokens"] == [" apple", " ant"]
     assert doc["eval_config"]["min_GT_probe_f1"] == 0.6 and doc["eval_config"]["min_feats_for_eval"] == 20
     path = write_eval_json(doc, tmp_path / "out" / "absorption.json")
-    assert json.loads(path.read_text())["sae_lens_id"] == "abc"
+    written = json.loads(path.read_text())
+    assert written["sae_lens_id"] == "abc"
+    assert schema_errors(written) == []
+    assert (written["eval_config"]["llm_dtype"], written["eval_config"]["prompt_token_pos"]) == (
+        "bfloat16",
+        -6,
+    )
+
+
+def test_schema_check_catches_what_saebench_rejects() -> None:
+    doc = absorption_eval_json(
+        _result(), AbsorptionConfig(), sae_id="abc", model_name="m", llm_dtype="float32", prompt_token_pos=-6
+    )
+    assert schema_errors(doc) == []
+    # The export's earlier shape: a null word position and dtype, which SAEBench's schema types as int and str.
+    broken = {**doc, "eval_config": {**doc["eval_config"], "prompt_token_pos": None, "llm_dtype": None}}
+    assert sorted(schema_errors(broken)) == [
+        "eval_config/llm_dtype: None is not of type 'string'",
+        "eval_config/prompt_token_pos: None is not of type 'integer'",
+    ]
+    no_letters = {**doc, "eval_result_details": [{"first_letter": "a"}]}
+    assert any("is a required property" in e for e in schema_errors(no_letters))
+
+
+def test_word_token_offset_points_at_the_word(tiny_model) -> None:
+    tok = tiny_model.tokenizer  # SmolLM2's tokenizer
+    template = "{word} has the first letter:"
+    offset = word_token_offset(tok, template)
+    assert (
+        offset == -6
+    )  # " has", " the", " first", " letter", ":" follow the word: SAEBench's default position
+    # The offset finds the word in a real prompt with ICL examples, whichever one-token word it is.
+    from sae_workbench.evaluation.probing import build_prompt
+
+    for word in (" ocean", " House", " tin"):
+        assert len(tok(word, add_special_tokens=False)["input_ids"]) == 1
+        _, full = build_prompt(word, ["cat", " Dog"], template)
+        ids = tok(full, add_special_tokens=False)["input_ids"]
+        assert tok.decode([ids[offset]]) == word
+    assert word_token_offset(tok, "{word}?") == -2
 
 
 def test_core_json_groups_flat_metrics(tmp_path: Path) -> None:
@@ -134,6 +198,8 @@ def test_cli_real_path_writes_store_and_json_and_resumes(tiny_model, tmp_path: P
     assert "mean_absorption_fraction_score=" in out.output
     doc = json.loads((tmp_path / "abs.json").read_text())
     assert doc["hook_name"] == "blocks.1.hook_resid_post"  # layer taken from the SAE's hook
+    assert schema_errors(doc) == []
+    assert (doc["eval_config"]["llm_dtype"], doc["eval_config"]["prompt_token_pos"]) == ("float32", -6)
     store = Store.open(tmp_path / "wb.duckdb", read_only=True)
     evals = store.evals(eval_type_id="absorption_first_letter")
     assert len(evals) == 1 and evals[0].eval["eval_result_metrics"] == doc["eval_result_metrics"]

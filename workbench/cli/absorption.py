@@ -107,6 +107,7 @@ def absorption(
         EVAL_TYPE_ABSORPTION,
         absorption_eval_config,
         absorption_eval_json,
+        word_token_offset,
         write_eval_json,
     )
     from sae_workbench.models import load_model
@@ -122,7 +123,7 @@ def absorption(
     )
     hook = cfg.probing.hook()
     sae_id = compute_sae_id(loaded, model, hook)
-    key = config_key(absorption_eval_config(cfg, model) | {"dtype": dtype})
+    key = config_key(absorption_eval_config(cfg, model, llm_dtype=dtype))
     db = None
     if store is not None:
         from sae_workbench.store import Store
@@ -137,7 +138,15 @@ def absorption(
             return
     subject = load_model(model, dtype=dtype)
     result = run_absorption(subject, loaded, cfg)
-    doc = absorption_eval_json(result, cfg, sae_id=sae_id, model_name=model, sae_cfg=loaded.cfg.to_dict())
+    doc = absorption_eval_json(
+        result,
+        cfg,
+        sae_id=sae_id,
+        model_name=model,
+        llm_dtype=dtype,
+        prompt_token_pos=word_token_offset(subject.tokenizer, cfg.probing.template),
+        sae_cfg=loaded.cfg.to_dict(),
+    )
     doc["workbench_config_key"] = key
     if db is not None:
         db.register_sae(
