@@ -11,7 +11,7 @@ import json
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 # Bump when the key recipe changes, so old entries are not served for a different meaning.
 CACHE_KEY_VERSION = "llm-cache-v1"
@@ -99,14 +99,21 @@ class MemoryCache:
 class _CacheEntry(Protocol):
     """What the store's llm_cache_get returns (workbench.store.LLMCacheEntry)."""
 
-    model: str
-    response: dict[str, Any]
+    @property
+    def model(self) -> str:
+        """Model that answered."""
+        ...
+
+    @property
+    def response(self) -> object:
+        """The stored JSON payload (its shape is checked when read)."""
+        ...
 
 
 class _CacheStore(Protocol):
     """The LLM-cache part of workbench.store.Store."""
 
-    def llm_cache_get(self, key: str) -> Any:
+    def llm_cache_get(self, key: str) -> _CacheEntry | None:
         """Return the stored entry (with .model and .response) for `key`, or None."""
         ...
 
@@ -149,12 +156,16 @@ class StoreCache:
         entry = self.store.llm_cache_get(key) if held is None else _HeldEntry(held[1], held[2])
         if entry is None:
             return None
-        payload = entry.response
-        if not isinstance(payload, dict) or not isinstance(payload.get("text"), str):
+        raw = entry.response
+        if not isinstance(raw, dict):
+            return None
+        payload = cast(dict[str, Any], raw)
+        text = payload.get("text")
+        if not isinstance(text, str):
             return None
         return CachedResponse(
             model=str(entry.model),
-            response_text=payload["text"],
+            response_text=text,
             prompt_tokens=int(payload.get("prompt_tokens", 0)),
             completion_tokens=int(payload.get("completion_tokens", 0)),
         )

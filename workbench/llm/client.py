@@ -170,17 +170,22 @@ class MalformedCompletionError(ValueError):
 def _read_completion(body: str) -> tuple[list[str], int, int]:
     """(texts of the choices in index order, prompt_tokens, completion_tokens) of a chat-completion body; a body
     without choices reads as one empty answer."""
+    no_message: dict[str, Any] = {}
     try:
-        data = json.loads(body)
-        choices = sorted(data.get("choices") or [], key=lambda c: int(c.get("index") or 0))
-        texts = [(c.get("message") or {}).get("content") or "" for c in choices] or [""]
-        usage = data.get("usage") or {}
+        data: dict[str, Any] = json.loads(body)
+        raw_choices: list[dict[str, Any]] = data.get("choices") or []
+        choices = sorted(raw_choices, key=lambda c: int(c.get("index") or 0))
+        messages = [c.get("message") or no_message for c in choices]
+        contents: list[object] = [m.get("content") or "" for m in messages] or [""]
+        usage: dict[str, Any] = data.get("usage") or {}
         pt, ct = int(usage.get("prompt_tokens") or 0), int(usage.get("completion_tokens") or 0)
     except (ValueError, AttributeError, TypeError):
         raise MalformedCompletionError(f"malformed completion body ({body[:120]!r})") from None
-    for text in texts:
+    texts: list[str] = []
+    for text in contents:
         if not isinstance(text, str):
             raise MalformedCompletionError(f"completion content is {type(text).__name__}, not text")
+        texts.append(text)
     return texts, pt, ct
 
 
