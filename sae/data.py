@@ -19,12 +19,17 @@ from typing import Any, Literal
 import torch
 from transformer_lens import HookedTransformer
 
+from sae_workbench import defaults
 from sae_workbench.errors import WorkbenchError
 from sae_workbench.models import forward_to_hooks
 
 log = logging.getLogger(__name__)
 
 NanPolicy = Literal["stop", "skip"]
+STREAM_WINDOWS_PER_CHUNK = 32
+"""Corpus windows per chunk of a streaming source (one forward pass each)."""
+# Masked special tokens a streaming run skips, as a fraction of its training tokens (a generous bound).
+MASKED_TOKEN_MARGIN = 0.05
 
 
 class NonFiniteActivationsError(WorkbenchError):
@@ -65,8 +70,8 @@ def streaming_source(
     hook: str,
     corpus: Any,
     *,
-    context_size: int = 128,
-    windows_per_chunk: int = 32,
+    context_size: int = defaults.CONTEXT_SIZE,
+    windows_per_chunk: int = STREAM_WINDOWS_PER_CHUNK,
     bos_id: int | None = None,
     mask_policy: Any = None,
 ) -> ChunkSource:
@@ -224,3 +229,22 @@ class ShuffledBatches:
         """Where to restart so the next batch is exactly the one this batcher would yield next."""
         block, start = next((b, s) for b, s in reversed(self._block_starts) if s <= self.consumed)
         return {"block": block, "block_start": start, "consumed": self.consumed}
+
+
+def first_held_out_window(
+    n_tokens: int,
+    context_size: int,
+    shuffle_chunks: int,
+    *,
+    cache: Path | None = None,
+    windows_per_chunk: int = STREAM_WINDOWS_PER_CHUNK,
+) -> int:
+    """The first corpus window no training run of `n_tokens` tokens read: the window after the cache it trained on,
+    or, streaming, after the windows those tokens fill plus 5% for masked special tokens plus one shuffle block
+    (the batcher stops within a block of its budget). Held-out metrics start there."""
+    if cache is not None:
+        from sae_workbench.activations import ActivationCache
+
+        return ActivationCache(cache).manifest.n_windows
+    filled = n_tokens / (context_size - 1) * (1 + MASKED_TOKEN_MARGIN)
+    return int(filled) + windows_per_chunk * shuffle_chunks

@@ -24,6 +24,7 @@ from sae_lens import SAE
 from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer
 
+from sae_workbench import defaults
 from sae_workbench.corpus import Corpus, MaskPolicy, WindowBatch, default_bos_id, iter_windows
 from sae_workbench.errors import WorkbenchError
 from sae_workbench.models import check_context_size, forward_to_hooks, validate_hooks
@@ -44,11 +45,11 @@ class SAEHookMismatchError(WorkbenchError):
 class IndexConfig:
     """Settings of one indexing run (the first three are fixed for an SAE once indexing starts)."""
 
-    context_size: int = 128
+    context_size: int = defaults.CONTEXT_SIZE
     """Tokens per window, BOS included."""
     top_k: int | None = None
     """Keep only the k largest activations per token (None: every non-zero)."""
-    batch_size: int = 32
+    batch_size: int = defaults.FORWARD_BATCH_WINDOWS
     """Windows per forward pass."""
     commit_tokens: int = 65_536
     """Tokens per write transaction (a killed run loses at most this much work)."""

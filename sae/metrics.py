@@ -22,12 +22,15 @@ from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer
 
 from sae_workbench import paths
+from sae_workbench.corpus import Corpus, iter_windows
 from sae_workbench.models import forward_to_hooks
 
 METRICS_FILENAME = "metrics.json"
 # A feature firing on more than 10% of tokens counts as dense (SAEBench's core eval uses the same cut-off).
 DENSE_THRESHOLD = 0.1
 DENSITY_BINS = 20
+EVAL_BATCH_WINDOWS = 8
+"""Held-out windows per forward pass (CE/KL keeps three (windows, T, vocab) logits tensors alive at once)."""
 
 
 @dataclass(frozen=True)
@@ -374,3 +377,53 @@ def write_metrics(folder: Path, metrics: dict[str, Any], config: dict[str, Any])
     path = Path(folder) / METRICS_FILENAME
     paths.atomic_write_bytes(path, json.dumps(payload, indent=1, allow_nan=True).encode())
     return path
+
+
+def read_metrics(source: str | Path) -> dict[str, Any] | None:
+    """The metric values `write_metrics` stored next to an SAE, or None when `source` is not a folder that has them."""
+    path = Path(source).expanduser() / METRICS_FILENAME
+    if not path.is_file():
+        return None
+    metrics = json.loads(path.read_text()).get("metrics")
+    return metrics if isinstance(metrics, dict) else None
+
+
+def held_out_metrics(
+    sae: SAE[Any],
+    model: HookedTransformer,
+    hook: str,
+    corpus: Corpus,
+    *,
+    context_size: int,
+    bos_id: int,
+    first_window: int,
+    n_windows: int,
+    ce_windows: int,
+    progress: bool = False,
+) -> dict[str, Any]:
+    """`evaluate_sae` on `n_windows` corpus windows from `first_window` on (BOS/special positions masked), CE/KL on
+    the first `ce_windows` of them."""
+    assert model.tokenizer is not None, "the model needs a tokenizer to cut windows"
+    batches = (
+        (torch.from_numpy(b.tokens_BT).long(), torch.from_numpy(b.mask_BT))
+        for b in iter_windows(
+            corpus,
+            model.tokenizer,
+            context_size,
+            bos_id=bos_id,
+            batch_size=EVAL_BATCH_WINDOWS,
+            start_window=first_window,
+            n_tokens=(first_window + n_windows) * context_size,
+            decode=False,
+        )
+    )
+    return evaluate_sae(
+        sae,
+        model,
+        hook,
+        batches,
+        ce_windows=min(ce_windows, n_windows),
+        batch_windows=EVAL_BATCH_WINDOWS,
+        total_windows=n_windows,
+        progress=progress,
+    )

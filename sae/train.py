@@ -32,7 +32,7 @@ from sae_lens.saes.sae import TrainStepOutput
 from sae_lens.saes.topk_sae import TopKTrainingSAEConfig
 from tqdm.auto import tqdm
 
-from sae_workbench import paths
+from sae_workbench import defaults, paths
 from sae_workbench.errors import WorkbenchError
 from sae_workbench.sae.data import ChunkSource, NanPolicy, ShuffledBatches
 from sae_workbench.sae.io import (
@@ -58,17 +58,17 @@ class ResumeError(WorkbenchError):
 class TrainConfig:
     """What to train and how. Unset fields (None) take the architecture's default from `ARCH_DEFAULTS`."""
 
-    architecture: str = "topk"
+    architecture: str = defaults.TRAIN_ARCHITECTURE
     """One of topk, batchtopk, matryoshka_batchtopk, jumprelu, standard, gated."""
     d_sae: int | None = None
     """Number of features; None → expansion × d_in."""
-    expansion: int = 8
+    expansion: int = defaults.TRAIN_EXPANSION
     """Features per input dimension when d_sae is None."""
-    k: int = 32
+    k: int = defaults.TRAIN_K
     """Active features per token (topk) or on average per token (batchtopk, matryoshka)."""
-    n_tokens: int = 2_000_000
+    n_tokens: int = defaults.TRAIN_TOKENS
     """Training tokens (masked positions never count)."""
-    batch_size: int = 1024
+    batch_size: int = defaults.TRAIN_BATCH_TOKENS
     """Tokens per optimiser step (small enough that a demo-sized run still takes hundreds of steps)."""
     lr: float | None = None
     """Adam learning rate; warms up linearly over `warmup_steps`, decays linearly to 0 over the last 20% of steps."""
@@ -78,7 +78,7 @@ class TrainConfig:
     """Decoder bias at the start: "mean" of the first batches' activations (the SAE starts at EV 0), or "zeros"."""
     sparsity_coefficient: float | None = None
     """L1 coefficient (standard, gated) or L0 coefficient (jumprelu); unused by the TopK family."""
-    seed: int = 0
+    seed: int = defaults.DEFAULT_SEED
     """Seeds the SAE initialisation and the data shuffling."""
     dead_feature_tokens: int = 200_000
     """A feature counts as dead (and gets the aux loss) after this many tokens without firing."""

@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer
 
 import sae_workbench
-from sae_workbench import paths
+from sae_workbench import defaults, paths
 from sae_workbench.corpus import Corpus, MaskPolicy, default_bos_id, iter_windows
 from sae_workbench.errors import CacheCorruptError, CacheMismatchError, WorkbenchError
 from sae_workbench.models import check_context_size, forward_to_hooks, validate_hooks
@@ -443,10 +443,10 @@ def cache_activations(
     corpus: Corpus,
     out_dir: Path | str,
     n_tokens: int,
-    context_size: int = 128,
-    batch_size: int = 32,
-    dtype: str = "float16",
-    shard_tokens: int = 65_536,
+    context_size: int = defaults.CONTEXT_SIZE,
+    batch_size: int = defaults.FORWARD_BATCH_WINDOWS,
+    dtype: str = defaults.CACHE_DTYPE,
+    shard_tokens: int = defaults.CACHE_SHARD_TOKENS,
     mask_policy: MaskPolicy | None = None,
     *,
     bos_id: int | None = None,

@@ -26,6 +26,7 @@ from typing import Any
 
 import numpy as np
 
+from sae_workbench import defaults
 from sae_workbench.errors import CorpusError
 
 TEXT_SUFFIXES = (".txt", ".jsonl", ".parquet")
@@ -285,7 +286,7 @@ def iter_windows(
     *,
     bos_id: int | None = None,
     n_tokens: int | None = None,
-    batch_size: int = 32,
+    batch_size: int = defaults.FORWARD_BATCH_WINDOWS,
     start_window: int = 0,
     mask_policy: MaskPolicy | None = None,
     decode: bool = True,

@@ -133,7 +133,7 @@ def test_forward_to_hooks_equals_the_full_forward_and_stops_after_the_deepest_ho
 
 
 def test_forward_to_hooks_names_a_missing_hook(tiny_model):
-    with pytest.raises(HookNotFoundError, match="blocks.7.hook_resid_post"):
+    with pytest.raises(HookNotFoundError, match=r"blocks\.7\.hook_resid_post"):
         forward_to_hooks(tiny_model, torch.zeros((1, 2), dtype=torch.long), ["blocks.7.hook_resid_post"])
 
 

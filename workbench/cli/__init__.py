@@ -11,6 +11,8 @@ import os
 
 import typer
 
+from sae_workbench import defaults
+from sae_workbench.cli import options
 from sae_workbench.errors import WorkbenchError
 
 app = typer.Typer(
@@ -38,10 +40,10 @@ def corpus_build() -> None:
 @corpus_app.command("info")
 def corpus_info(
     spec: str = typer.Argument(
-        "default", help="'default', a .txt/.jsonl/.parquet file or folder, or hf:<dataset>."
+        defaults.DEFAULT_CORPUS, help="'default', a .txt/.jsonl/.parquet file or folder, or hf:<dataset>."
     ),
-    model: str = typer.Option("smollm2-135m", help="Model whose tokenizer counts the tokens."),
-    context_size: int = typer.Option(128, help="Window size in tokens (BOS included)."),
+    model: options.Model = defaults.DEFAULT_MODEL,
+    context_size: options.ContextSize = defaults.CONTEXT_SIZE,
 ) -> None:
     """Count a corpus's documents, tokens and windows with a model's tokenizer."""
     from sae_workbench.corpus import default_bos_id, iter_windows, resolve_corpus

@@ -12,12 +12,14 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from dataclasses import asdict
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
 
 import typer
 
+from sae_workbench import defaults
+from sae_workbench.cli import options
 from sae_workbench.errors import WorkbenchError
 
 log = logging.getLogger(__name__)
@@ -46,7 +48,7 @@ def _print_toy(seed: int) -> None:
 
 
 def _layer_for(sae: Any, layer: int | None) -> int:
-    """The residual layer to probe: --layer, else the SAE's own hook layer, else 3 (SmolLM2 default)."""
+    """The residual layer to probe: --layer, else the SAE's own hook layer, else the default hook's (SmolLM2: 3)."""
     from sae_workbench.models import hook_layer
 
     hook = getattr(getattr(sae.cfg, "metadata", None), "hook_name", None)
@@ -58,7 +60,7 @@ def _layer_for(sae: Any, layer: int | None) -> int:
                 f"the SAE reads {hook}; the first-letter probes read the residual stream (hook_resid_post)."
             )
         return hook_layer(hook)
-    return 3
+    return hook_layer(defaults.DEFAULT_HOOK)
 
 
 def config_key(eval_config: dict[str, Any]) -> str:
@@ -68,34 +70,34 @@ def config_key(eval_config: dict[str, Any]) -> str:
 
 def absorption(
     toy: bool = typer.Option(False, "--toy", help="Run the synthetic toy model instead of a real SAE."),
-    sae: str | None = typer.Option(
-        None, "--sae", help="SAE to evaluate: SAELens folder, sparsify folder or registry id."
-    ),
-    model: str = typer.Option("smollm2-135m", help="Subject model the SAE was trained on."),
+    sae: options.OptionalSaePath = None,
+    model: options.Model = defaults.DEFAULT_MODEL,
     layer: int | None = typer.Option(
-        None, help="Residual layer to probe (default: the SAE's hook layer, else 3)."
+        None, help="Residual layer to probe (default: the SAE's hook layer, else the default hook's)."
     ),
-    store: Path | None = typer.Option(None, help="Feature store (DuckDB) to record the result in."),
+    store: options.OptionalStore = None,
     json_out: Path | None = typer.Option(None, "--json", help="Also write SAEBench-style eval JSON here."),
     max_words: int | None = typer.Option(
         None, help="Cap on first-letter words (default: all, ~47k for SmolLM2)."
     ),
-    n_icl_examples: int = typer.Option(5, help="In-context examples per prompt (SAEBench: 10)."),
-    min_letters: int = typer.Option(
-        20, help="Refuse unless this many letter probes reach F1 > 0.6 (SAEBench: 20)."
+    n_icl_examples: int | None = typer.Option(
+        None, help="In-context examples per prompt (default: ProbingConfig's 5; SAEBench: 10)."
     ),
-    min_probe_f1: float = typer.Option(
-        0.6, help="A letter counts when its probe's F1 exceeds this (SAEBench: 0.6)."
+    min_letters: int | None = typer.Option(
+        None, help="Refuse unless this many letter probes pass --min-probe-f1 (default: SAEBench's 20)."
+    ),
+    min_probe_f1: float | None = typer.Option(
+        None, help="A letter counts when its probe's F1 exceeds this (default: SAEBench's 0.6)."
     ),
     dtype: str = typer.Option(
         "float32", help="Model dtype (bfloat16 is ~2.5× faster on CPU, 0.8% different)."
     ),
-    seed: int = typer.Option(42, help="Seed of the word split, ICL examples and probes."),
+    seed: options.OptionalSeed = None,
     force: bool = typer.Option(False, help="Recompute even if the store already has this result."),
 ) -> None:
     """Measure feature absorption (Chanin et al. 2409.14507) with SAEBench's metrics, or run the toy model."""
     if toy:
-        _print_toy(seed if seed != 42 else 0)
+        _print_toy(defaults.DEFAULT_SEED if seed is None else seed)
         return
     if sae is None:
         raise AbsorptionCLIError(
@@ -111,18 +113,24 @@ def absorption(
         write_eval_json,
     )
     from sae_workbench.models import load_model
-    from sae_workbench.sae.io import compute_sae_id, load_sae
+    from sae_workbench.sae.io import load_sae, sae_id_of
 
+    # Settings not given keep the configs' own defaults (SAEBench's values, cited there).
     loaded = load_sae(sae)
-    cfg = AbsorptionConfig(
-        probing=ProbingConfig(
-            layer=_layer_for(loaded, layer), max_words=max_words, n_icl_examples=n_icl_examples, seed=seed
-        ),
-        min_letters=min_letters,
-        min_probe_f1=min_probe_f1,
+    probing = ProbingConfig(layer=_layer_for(loaded, layer), max_words=max_words)
+    probing = replace(
+        probing,
+        n_icl_examples=probing.n_icl_examples if n_icl_examples is None else n_icl_examples,
+        seed=probing.seed if seed is None else seed,
+    )
+    cfg = AbsorptionConfig(probing=probing)
+    cfg = replace(
+        cfg,
+        min_letters=cfg.min_letters if min_letters is None else min_letters,
+        min_probe_f1=cfg.min_probe_f1 if min_probe_f1 is None else min_probe_f1,
     )
     hook = cfg.probing.hook()
-    sae_id = compute_sae_id(loaded, model, hook)
+    sae_id = sae_id_of(loaded, model, hook, sae)
     key = config_key(absorption_eval_config(cfg, model, llm_dtype=dtype))
     db = None
     if store is not None:

@@ -13,9 +13,8 @@ from pathlib import Path
 
 import typer
 
-from sae_workbench.defaults import DEFAULT_HOOK, DEFAULT_MODEL
-
-DEFAULT_CACHE_ROOT = Path("runs") / "cache"
+from sae_workbench import defaults
+from sae_workbench.cli import options
 
 
 def _slug(text: str) -> str:
@@ -27,45 +26,41 @@ def default_cache_dir(model: str, hooks: list[str], corpus: str, context_size: i
     """Folder a cache goes to when --out is not given: one per (model, hooks, corpus, window size)."""
     hook_part = "+".join(_slug(h) for h in hooks)
     model_part = _slug(Path(model).name or model)
-    return DEFAULT_CACHE_ROOT / f"{model_part}__{hook_part}__{_slug(Path(corpus).name)}__ctx{context_size}"
+    return defaults.CACHE_ROOT / f"{model_part}__{hook_part}__{_slug(Path(corpus).name)}__ctx{context_size}"
 
 
 def cache(
-    model: str = typer.Option(
-        DEFAULT_MODEL,
-        help="Model: smollm2-135m (embedded), tiny (random, for tests), a local HF dir, or a TL name.",
+    model: options.Model = defaults.DEFAULT_MODEL,
+    hook: options.Hooks = [defaults.DEFAULT_HOOK],  # noqa: B006 - typer copies list defaults
+    corpus: options.Corpus = defaults.DEFAULT_CORPUS,
+    tokens: int = typer.Option(
+        defaults.CACHE_TOKENS, help="Tokens to cache in total (whole windows, BOS included)."
     ),
-    hook: list[str] = typer.Option(
-        [DEFAULT_HOOK], "--hook", help="Hook to cache; repeat for several (the forward stops after the last)."
-    ),
-    corpus: str = typer.Option(
-        "default", help="'default' (embedded), a .txt/.jsonl/.parquet file or folder, or hf:<dataset>."
-    ),
-    tokens: int = typer.Option(200_000, help="Tokens to cache in total (whole windows, BOS included)."),
-    context_size: int = typer.Option(128, help="Window size in tokens, BOS included."),
-    batch_size: int = typer.Option(32, help="Windows per forward pass."),
-    dtype: str = typer.Option("float16", help="Storage dtype of activations: float16 or float32."),
+    context_size: options.ContextSize = defaults.CONTEXT_SIZE,
+    batch_size: options.ForwardBatch = defaults.FORWARD_BATCH_WINDOWS,
+    dtype: str = typer.Option(defaults.CACHE_DTYPE, help="Storage dtype of activations: float16 or float32."),
     out: Path | None = typer.Option(
         None, help="Cache folder (default: runs/cache/<model>__<hooks>__<corpus>__ctx<N>)."
     ),
-    shard_tokens: int = typer.Option(65_536, help="Tokens per shard (rounded to whole batches)."),
+    shard_tokens: int = typer.Option(
+        defaults.CACHE_SHARD_TOKENS, help="Tokens per shard (rounded to whole batches)."
+    ),
     exclude_outliers: float | None = typer.Option(
         None, help="Also mask positions whose norm exceeds this factor × their window's median norm (e.g. 5)."
     ),
-    device: str = typer.Option("cpu", help="Torch device for the forward pass (cpu, cuda, mps)."),
-    progress: bool = typer.Option(True, help="Show a progress bar with tokens/s."),
+    device: options.Device = defaults.DEFAULT_DEVICE,
+    progress: options.Progress = True,
 ) -> None:
     """Cache activations of a model at one or more hooks over a corpus into resumable safetensors shards."""
     from sae_workbench.activations import cache_activations
     from sae_workbench.corpus import MaskPolicy, resolve_corpus
-    from sae_workbench.models import check_context_size, load_model, validate_hooks
+    from sae_workbench.models import load_model
 
-    loaded = load_model(model, device=device)
-    hooks = validate_hooks(loaded, list(hook))
-    check_context_size(loaded, context_size)
+    hooks = list(hook)
     folder = out or default_cache_dir(model, hooks, corpus, context_size)
+    # cache_activations checks the hooks, window size and dtype against the model (once) before it writes anything.
     stats = cache_activations(
-        loaded,
+        load_model(model, device=device),
         hooks,
         resolve_corpus(corpus),
         folder,

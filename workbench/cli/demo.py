@@ -21,6 +21,8 @@ from pathlib import Path
 
 import typer
 
+from sae_workbench import defaults
+from sae_workbench.cli import options
 from sae_workbench.errors import WorkbenchError
 
 
@@ -32,9 +34,9 @@ class DemoStepError(WorkbenchError):
 class DemoConfig:
     """Sizes of the demo run."""
 
-    model: str = "smollm2-135m"
+    model: str = defaults.DEFAULT_MODEL
     """Subject model."""
-    hook: str = "blocks.3.hook_resid_post"
+    hook: str = defaults.DEFAULT_HOOK
     """Hook the SAE reads (design.md: layer 3 of SmolLM2)."""
     cache_tokens: int = 600_000
     """Tokens cached for training."""
@@ -80,10 +82,10 @@ def _run(step: str, args: list[str], log_dir: Path) -> str:
 
 
 def _sae_id(sae_dir: Path, model: str, hook: str) -> str:
-    """The content-hash id of a trained SAE (the key of everything in the store)."""
-    from sae_workbench.sae.io import compute_sae_id, load_sae
+    """The id of the SAE the train step wrote (the key of everything in the store), read back from its record."""
+    from sae_workbench.sae.io import load_sae, sae_id_of
 
-    return compute_sae_id(load_sae(str(sae_dir)), model, hook)
+    return sae_id_of(load_sae(sae_dir), model, hook, sae_dir)
 
 
 def run_demo(cfg: DemoConfig, run_dir: Path) -> Path:
@@ -216,9 +218,9 @@ def _print_summary(sae_dir: Path, run_dir: Path, store: Path, sae_id: str) -> No
 
 
 def demo(
-    out: Path = typer.Option(Path("runs/demo"), help="Folder for every artifact of the demo."),
+    out: Path = typer.Option(defaults.DEMO_DIR, help="Folder for every artifact of the demo."),
     fast: bool = typer.Option(False, help="A smaller, quicker run (fewer tokens, narrower SAE)."),
-    model: str = typer.Option("smollm2-135m", help="Subject model (the embedded default needs no network)."),
+    model: options.Model = defaults.DEFAULT_MODEL,
 ) -> None:
     """Run the whole pipeline on the embedded default and print a summary (rerunning reuses what exists)."""
     cfg = FAST if fast else DemoConfig()

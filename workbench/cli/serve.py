@@ -12,7 +12,9 @@ from pathlib import Path
 import typer
 
 import sae_workbench.app
+from sae_workbench import defaults
 from sae_workbench.app.settings import STORE_ENV
+from sae_workbench.cli import options
 
 # The package folder of the app (its own folder when installed; the repository's app/ in an editable install).
 MAIN_SCRIPT = Path(sae_workbench.app.__file__).parent / "serve" / "streamlit_app.py"
@@ -46,13 +48,12 @@ def streamlit_argv(store: Path, port: int, host: str) -> list[str]:
 
 
 def app(
-    store: Path = typer.Option(
-        ..., help="DuckDB store to browse (opened read-only, one short query at a time)."
-    ),
-    port: int = typer.Option(8501, help="Port to serve on."),
-    host: str = typer.Option("127.0.0.1", help="Address to bind (0.0.0.0 to serve on the network)."),
+    store: options.Store,
+    port: int = typer.Option(defaults.APP_PORT, help="Port to serve on."),
+    host: str = typer.Option(defaults.APP_HOST, help="Address to bind (0.0.0.0 to serve on the network)."),
 ) -> None:
-    """Browse a store's SAEs, features, explanations, scores and evals in a Streamlit app."""
+    """Browse a store's SAEs, features, explanations, scores and evals in a Streamlit app (read-only, one short
+    query at a time: safe while jobs write to the store)."""
     store = store.expanduser().resolve()
     if not store.exists():
         typer.secho(

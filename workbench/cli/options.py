@@ -1,0 +1,123 @@
+"""The options several `sae-workbench` commands share, each declared once; their defaults live in
+`sae_workbench.defaults`.
+
+Each option is an `Annotated` alias: the name, help and parsing are here, the default (if any) sits in the command's
+signature and comes from `sae_workbench.defaults`, so a command can make the same option required, optional or
+defaulted without declaring it again:
+
+    from sae_workbench import defaults
+    from sae_workbench.cli import options
+
+    def index(
+        sae: options.SaePath,                                  # required: no default
+        store: options.Store = defaults.STORE_PATH,
+        model: options.Model = defaults.DEFAULT_MODEL,
+        hook: options.Hook = defaults.DEFAULT_HOOK,
+        features: options.Features = "all",
+        progress: options.Progress = True,
+    ) -> None:
+        ...
+        subject = options.load_subject(model, [hook], context_size, device)   # validates once, at the edge
+        wanted = options.parse_features(features, d_sae)
+
+Options only one command has stay in that command's module. This module imports typer and the defaults only, so
+`--help` stays fast.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Annotated
+
+import typer
+
+from sae_workbench.features import FeatureSpecError as FeatureSpecError  # re-exported
+from sae_workbench.features import parse_features as parse_features  # re-exported
+
+if TYPE_CHECKING:
+    from transformer_lens import HookedTransformer
+
+Store = Annotated[
+    Path, typer.Option("--store", help="DuckDB feature store file (`workbench index` creates and fills it).")
+]
+OptionalStore = Annotated[
+    Path | None,
+    typer.Option("--store", help="DuckDB feature store file to record the result in (default: none)."),
+]
+SaePath = Annotated[
+    str,
+    typer.Option(
+        "--sae",
+        help="SAE: a folder written by `workbench train` (SAELens format), a sparsify or Gemma Scope folder/file, "
+        "or a SAELens registry id release/sae_id.",
+    ),
+]
+OptionalSaePath = Annotated[
+    str | None,
+    typer.Option(
+        "--sae", help="SAE: a folder written by `workbench train`, a sparsify folder or a registry id."
+    ),
+]
+SaeId = Annotated[str, typer.Option("--sae", help="SAE id in the store (printed by `workbench index`).")]
+Model = Annotated[
+    str,
+    typer.Option(
+        "--model",
+        help="Subject model: smollm2-135m (embedded), tiny (random, for tests), a local Hugging Face folder, or a "
+        "TransformerLens name.",
+    ),
+]
+Hook = Annotated[str, typer.Option("--hook", help="Hook whose activations the SAE reads.")]
+Hooks = Annotated[
+    list[str],
+    typer.Option("--hook", help="Hook to read; repeat for several (the forward stops after the last)."),
+]
+Corpus = Annotated[
+    str,
+    typer.Option(
+        "--corpus", help="'default' (embedded), a .txt/.jsonl/.parquet file or folder, or hf:<dataset>."
+    ),
+]
+ContextSize = Annotated[int, typer.Option("--context-size", help="Window size in tokens, BOS included.")]
+ForwardBatch = Annotated[int, typer.Option("--batch-size", help="Windows per forward pass.")]
+Device = Annotated[str, typer.Option("--device", help="Torch device (cpu, cuda, cuda:1, mps).")]
+Seed = Annotated[int, typer.Option("--seed", help="Seed of every random choice.")]
+OptionalSeed = Annotated[
+    int | None, typer.Option("--seed", help="Seed of every random choice (default: the command's).")
+]
+Features = Annotated[
+    str, typer.Option("--features", help="'all', a range '0-49', a list '3,7,9', or a mix '0-9,20'.")
+]
+Progress = Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")]
+LlmModel = Annotated[
+    str | None,
+    typer.Option(
+        "--llm-model", help="Model at an OpenAI-compatible endpoint (or $WORKBENCH_LLM_MODEL); none: offline."
+    ),
+]
+LlmBaseUrl = Annotated[
+    str | None,
+    typer.Option(
+        "--llm-base-url", help="Endpoint root incl. /v1 (or $WORKBENCH_LLM_BASE_URL); default OpenAI's."
+    ),
+]
+ApiKeyEnv = Annotated[
+    str,
+    typer.Option("--api-key-env", help="Name of the environment variable holding the key (never stored)."),
+]
+Concurrency = Annotated[
+    int, typer.Option("--concurrency", min=1, help="Features (and LLM calls) in flight at once.")
+]
+
+
+def load_subject(
+    model: str, hooks: list[str], context_size: int | None = None, device: str = "cpu", dtype: str = "float32"
+) -> HookedTransformer:
+    """Load the subject model and check the command's hooks and window size against it: once, at the command's edge."""
+    from sae_workbench.models import check_context_size, load_model, validate_hooks
+
+    loaded = load_model(model, device=device, dtype=dtype)
+    validate_hooks(loaded, hooks)
+    if context_size is not None:
+        check_context_size(loaded, context_size)
+    return loaded
