@@ -37,10 +37,11 @@ EXPECTED_SCHEMA = {
     "explanations": [
         "id", "sae_id", "feature", "explainer", "explainer_version", "prompt_version", "llm_model", "llm_params",
         "sampling", "example_ids", "negative_ids", "text", "rules", "extra", "tokens_in", "tokens_out", "seconds",
-        "created_at", "config_key",
+        "created_at", "config_key", "status",
     ],
     "scores": [
         "id", "explanation_id", "scorer", "scorer_version", "negative_source", "metrics", "provenance", "created_at",
+        "status", "score_key",
     ],
     "evals": ["id", "sae_id", "eval_type_id", "eval", "created_at"],
     "llm_cache": ["key", "model", "response", "tokens", "created_at"],
@@ -50,19 +51,30 @@ EXPECTED_SCHEMA = {
 
 def test_blank_database_migrates_to_full_schema(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "s.duckdb")
-    assert store.schema_version() == LATEST_VERSION == 2
+    assert store.schema_version() == LATEST_VERSION == 3
     assert sorted(store.table_names()) == sorted(EXPECTED_SCHEMA)
     for table, columns in EXPECTED_SCHEMA.items():
         assert [c for c, _ in store.table_columns(table)] == columns, table
     types = dict(store.table_columns("activations"))
     assert types == {"sae_id": "VARCHAR", "feature": "INTEGER", "window_id": "BIGINT", "position": "SMALLINT",
                      "value": "FLOAT"}  # fmt: skip
+    scores = dict(store.table_columns("scores"))
+    assert (
+        scores["status"]
+        == scores["score_key"]
+        == dict(store.table_columns("explanations"))["status"]
+        == "VARCHAR"
+    )
     # Re-opening applies nothing twice.
     Store.open(tmp_path / "s.duckdb")
     con = duckdb.connect(str(tmp_path / "s.duckdb"), read_only=True)
     assert con.execute("SELECT version, name FROM schema_migrations").fetchall() == [
         (1, "initial schema"),
         (2, "window embeddings as raw float32 blobs"),
+        (
+            3,
+            "status columns on explanations and scores, unique scores.score_key (of duplicate keys the earliest row kept)",
+        ),
     ]
     con.close()
 

@@ -76,6 +76,7 @@ Public API of `Store` (records are frozen dataclasses from `workbench.store.reco
 """
 
 from sae_workbench.store.errors import (
+    DuplicateScoreError,
     NotIndexedError,
     SAEConflictError,
     SchemaVersionError,
@@ -104,6 +105,7 @@ from sae_workbench.store.records import (
 from sae_workbench.store.store import IndexConfigError, Session, Store
 
 __all__ = [
+    "DuplicateScoreError",
     "EvalRecord",
     "Example",
     "ExplanationRecord",

@@ -42,3 +42,7 @@ class NotIndexedError(StoreError):
 
 class IndexConfigError(StoreError):
     """Indexing an SAE again with settings (corpus, context size, top-k) different from its first run."""
+
+
+class DuplicateScoreError(StoreError):
+    """A score whose score_key is already stored (or repeated in one batch): scoring it again would duplicate it."""

@@ -5,19 +5,21 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from sae_workbench.status import Status
 from sae_workbench.store.base import StoreBase
 from sae_workbench.store.errors import StoreError
 from sae_workbench.store.records import ExplanationRecord
-from sae_workbench.store.sql import dumps, insert_arrow, loads, pa
+from sae_workbench.store.sql import dumps, insert_arrow, loads, pa, read_status, status_text
 
 _COLUMNS = (
     "sae_id", "feature", "explainer", "explainer_version", "prompt_version", "llm_model", "llm_params", "sampling",
     "example_ids", "negative_ids", "text", "rules", "extra", "tokens_in", "tokens_out", "seconds", "config_key",
+    "status",
 )  # fmt: skip
 _TYPES = (
     pa.string(), pa.int32(), pa.string(), pa.string(), pa.string(), pa.string(), pa.string(), pa.string(),
     pa.list_(pa.int64()), pa.list_(pa.int64()), pa.string(), pa.string(), pa.string(), pa.int64(), pa.int64(),
-    pa.float64(), pa.string(),
+    pa.float64(), pa.string(), pa.string(),
 )  # fmt: skip
 
 
@@ -117,7 +119,7 @@ class Explanations(StoreBase):
             rows = conn.execute(
                 "SELECT id, sae_id, feature, explainer, explainer_version, prompt_version, llm_model, llm_params, "
                 "sampling, example_ids, negative_ids, text, rules, extra, tokens_in, tokens_out, seconds, created_at, "
-                f"config_key FROM explanations WHERE {where} ORDER BY id",
+                f"config_key, status FROM explanations WHERE {where} ORDER BY id",
                 params,
             ).fetchall()
         return [
@@ -141,6 +143,7 @@ class Explanations(StoreBase):
                 seconds=float(r[16]),
                 created_at=r[17],
                 config_key=r[18],
+                status=read_status(r[19], f"explanation {r[0]}"),
             )
             for r in rows
         ]
@@ -152,5 +155,12 @@ def _row(r: ExplanationRecord) -> list[Any]:
         r.sae_id, int(r.feature), r.explainer, r.explainer_version, r.prompt_version, r.llm_model,
         dumps(r.llm_params), dumps(r.sampling), [int(i) for i in r.example_ids], [int(i) for i in r.negative_ids],
         r.text, None if r.rules is None else dumps(r.rules), dumps(r.extra), int(r.tokens_in), int(r.tokens_out),
-        float(r.seconds), r.config_key,
+        float(r.seconds), r.config_key, status_text(_status(r)),
     ]  # fmt: skip
+
+
+def _status(r: ExplanationRecord) -> Status:
+    """The record's status; a record left at OK whose extra says "dead" (the explain job's older way) is DEAD."""
+    if r.status == Status.OK and r.extra.get("status") == Status.DEAD:
+        return Status.DEAD
+    return r.status

@@ -128,6 +128,50 @@ MIGRATIONS: tuple[Migration, ...] = (
         );
         """,
     ),
+    Migration(
+        3,
+        "status columns on explanations and scores, unique scores.score_key (of duplicate keys the earliest row kept)",
+        # Backfilled from the JSON they were kept in: explanations.status = 'dead' where extra.status is "dead" (the
+        # explain job's "explained" and anything else: 'ok'); scores.status = metrics.status (default 'ok');
+        # scores.score_key = provenance.score_key (NULL where absent). Both tables are rebuilt (create, copy, drop,
+        # rename) rather than altered: DuckDB before 1.2 cannot ADD COLUMN with a constraint, and rebuilding never
+        # UPDATEs rows under a unique index (DuckDB's checks there are over-eager inside one transaction). The id
+        # defaults keep drawing from the same sequences. A key stored twice keeps its earliest row (lowest id).
+        """
+        CREATE TABLE explanations_v3 (
+            id BIGINT PRIMARY KEY DEFAULT nextval('explanation_ids'),
+            sae_id TEXT NOT NULL, feature INTEGER NOT NULL,
+            explainer TEXT NOT NULL, explainer_version TEXT NOT NULL, prompt_version TEXT NOT NULL,
+            llm_model TEXT NOT NULL, llm_params JSON NOT NULL, sampling JSON NOT NULL,
+            example_ids BIGINT[] NOT NULL, negative_ids BIGINT[] NOT NULL,
+            text TEXT NOT NULL, rules JSON, extra JSON NOT NULL,
+            tokens_in BIGINT NOT NULL, tokens_out BIGINT NOT NULL, seconds DOUBLE NOT NULL,
+            created_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+            config_key TEXT NOT NULL UNIQUE,
+            status TEXT NOT NULL DEFAULT 'ok'
+        );
+        INSERT INTO explanations_v3
+            SELECT *, CASE WHEN extra->>'status' = 'dead' THEN 'dead' ELSE 'ok' END FROM explanations ORDER BY id;
+        DROP TABLE explanations;
+        ALTER TABLE explanations_v3 RENAME TO explanations;
+        CREATE TABLE scores_v3 (
+            id BIGINT PRIMARY KEY DEFAULT nextval('score_ids'),
+            explanation_id BIGINT NOT NULL, scorer TEXT NOT NULL, scorer_version TEXT NOT NULL,
+            negative_source TEXT NOT NULL, metrics JSON NOT NULL, provenance JSON NOT NULL,
+            created_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+            status TEXT NOT NULL DEFAULT 'ok',
+            score_key TEXT UNIQUE
+        );
+        INSERT INTO scores_v3
+            SELECT *, coalesce(metrics->>'status', 'ok'), provenance->>'score_key' FROM scores
+            WHERE provenance->>'score_key' IS NULL OR id IN (
+                SELECT min(id) FROM scores WHERE provenance->>'score_key' IS NOT NULL GROUP BY provenance->>'score_key'
+            )
+            ORDER BY id;
+        DROP TABLE scores;
+        ALTER TABLE scores_v3 RENAME TO scores
+        """,
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

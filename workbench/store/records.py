@@ -8,6 +8,8 @@ from typing import Any
 
 import numpy as np
 
+from sae_workbench.status import Status
+
 
 @dataclass(frozen=True)
 class SAERecord:
@@ -218,6 +220,8 @@ class ExplanationRecord:
     """Row id once stored."""
     created_at: datetime | None = None
     """Set by the store."""
+    status: Status = Status.OK
+    """OK, or DEAD for a feature that never fired (empty text, never scored)."""
 
 
 @dataclass(frozen=True)
@@ -240,6 +244,10 @@ class ScoreRecord:
     """Row id once stored."""
     created_at: datetime | None = None
     """Set by the store."""
+    status: Status = Status.OK
+    """OK (metrics computed), DEAD, or the failure that was recorded instead of metrics."""
+    score_key: str | None = None
+    """Unique key of (explanation, scorer config); resume skips stored keys (Store.score_keys)."""
 
 
 @dataclass(frozen=True)

@@ -15,6 +15,7 @@ import duckdb
 import numpy as np
 import pyarrow
 
+from sae_workbench.status import Status
 from sae_workbench.store.errors import StoreError
 
 pa: Any = pyarrow
@@ -94,6 +95,24 @@ def insert_arrow(
         return conn.execute(sql, params).fetchall()
     finally:
         conn.unregister(name)
+
+
+def status_text(value: object) -> str:
+    """A Status (or its string) as the text a `status` column stores; StoreError for anything else."""
+    try:
+        return Status(value).value
+    except ValueError:
+        raise StoreError(f"unknown status {value!r}; one of {[s.value for s in Status]}.") from None
+
+
+def read_status(value: object, where: str) -> Status:
+    """A `status` column value as a Status (StoreError naming the row for text no Status has)."""
+    try:
+        return Status(value)
+    except ValueError:
+        raise StoreError(
+            f"{where} has unknown status {value!r}; one of {[s.value for s in Status]}."
+        ) from None
 
 
 def sql_path(path: Path) -> str:
