@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
@@ -69,7 +69,7 @@ class StoreLease:
             self.acquire()
 
     @contextlib.contextmanager
-    def paused(self) -> Iterator[None]:
+    def paused(self) -> Generator[None, None, None]:
         """Leave the store file free during long work that needs no store (PRISM's embedding) when another process
         waits for it (otherwise keep it: releasing and reopening cost ~10 ms). A pause of at least YIELD_S is the
         yield itself: the lease restarts its clock and `renew` has no reason to sleep."""

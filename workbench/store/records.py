@@ -103,21 +103,21 @@ class FeatureStats:
     """Histogram bin edges (n_bins + 1) over [0, max]."""
     hist_counts: list[int]
     """Active tokens per bin."""
-    logit_top_tokens: list[str] = field(default_factory=list)
+    logit_top_tokens: list[str] = field(default_factory=list[str])
     """Tokens the decoder row promotes most (decoder row × unembedding)."""
-    logit_top_values: list[float] = field(default_factory=list)
+    logit_top_values: list[float] = field(default_factory=list[float])
     """Their logit-lens values."""
-    logit_bottom_tokens: list[str] = field(default_factory=list)
+    logit_bottom_tokens: list[str] = field(default_factory=list[str])
     """Tokens it suppresses most."""
-    logit_bottom_values: list[float] = field(default_factory=list)
+    logit_bottom_values: list[float] = field(default_factory=list[float])
     """Their logit-lens values."""
-    decoder_neighbours: list[int] = field(default_factory=list)
+    decoder_neighbours: list[int] = field(default_factory=list[int])
     """Features with the most similar decoder direction."""
-    decoder_cosines: list[float] = field(default_factory=list)
+    decoder_cosines: list[float] = field(default_factory=list[float])
     """Their cosine similarities."""
-    cooc_neighbours: list[int] = field(default_factory=list)
+    cooc_neighbours: list[int] = field(default_factory=list[int])
     """Features most often active on the same tokens."""
-    cooc_jaccard: list[float] = field(default_factory=list)
+    cooc_jaccard: list[float] = field(default_factory=list[float])
     """Their Jaccard indices over active tokens."""
 
 
@@ -208,7 +208,7 @@ class ExplanationRecord:
     """Unique key of (SAE, feature, explainer config); has_explanation() checks it to skip done work."""
     rules: Any = None
     """Structured rules (JSON-able) or None."""
-    extra: dict[str, Any] = field(default_factory=dict)
+    extra: dict[str, Any] = field(default_factory=dict[str, Any])
     """Explainer-specific payload (tree, PRISM clusters…)."""
     tokens_in: int = 0
     """Prompt tokens spent."""
@@ -238,7 +238,7 @@ class ScoreRecord:
     """Negative source used (RANDOM, RANDOM_NEGATIVE, SIMILAR, SIMILAR_NEGATIVE, or '' for none)."""
     metrics: dict[str, Any]
     """Metric values."""
-    provenance: dict[str, Any] = field(default_factory=dict)
+    provenance: dict[str, Any] = field(default_factory=dict[str, Any])
     """Simulator model, sample ids, seeds, tokens, seconds…"""
     id: int | None = None
     """Row id once stored."""

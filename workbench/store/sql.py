@@ -13,7 +13,7 @@ from typing import Any, TypeAlias
 
 import duckdb
 import numpy as np
-import pyarrow
+import pyarrow  # pyright: ignore[reportMissingTypeStubs]  (no stubs: see the module docstring)
 
 from sae_workbench.status import Status
 from sae_workbench.store.errors import StoreError

@@ -124,14 +124,14 @@ class Stats(Indexing):
             quantile_levels=_floats(row[5]),
             quantiles=_floats(row[6]),
             hist_edges=_floats(row[7]),
-            hist_counts=[int(x) for x in row[8]] if row[8] is not None else [],
-            logit_top_tokens=list(row[9] or []),
+            hist_counts=_ints(row[8]),
+            logit_top_tokens=_strs(row[9]),
             logit_top_values=_floats(row[10]),
-            logit_bottom_tokens=list(row[11] or []),
+            logit_bottom_tokens=_strs(row[11]),
             logit_bottom_values=_floats(row[12]),
-            decoder_neighbours=[int(x) for x in row[13] or []],
+            decoder_neighbours=_ints(row[13]),
             decoder_cosines=_floats(row[14]),
-            cooc_neighbours=[int(x) for x in row[15] or []],
+            cooc_neighbours=_ints(row[15]),
             cooc_jaccard=_floats(row[16]),
         )
 
@@ -149,6 +149,16 @@ class Stats(Indexing):
 def _floats(values: Any) -> list[float]:
     """A list column as floats ([] for NULL)."""
     return [float(x) for x in values] if values is not None else []
+
+
+def _ints(values: Any) -> list[int]:
+    """A list column as ints ([] for NULL)."""
+    return [int(x) for x in values] if values is not None else []
+
+
+def _strs(values: Any) -> list[str]:
+    """A list column as strings ([] for NULL)."""
+    return [str(x) for x in values] if values is not None else []
 
 
 def _row_index(ids: np.ndarray, wanted: np.ndarray) -> np.ndarray:
