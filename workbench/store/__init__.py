@@ -8,22 +8,32 @@ Concurrency (DuckDB allows one writing process, and an open read-write connectio
 keeps the file open. Each method attaches the file to the process's one in-memory DuckDB instance, runs one short
 transaction and detaches it (~5 ms; a fresh DuckDB instance per call cost 15–60 ms — see `connection.py`); `with
 store.session():` holds it across several calls (a dashboard render, a batch of writes; keep it short) and caches
-what cannot change under it (index progress, SAE records, indexed window ids, window maxima).
-A process that finds the file locked retries with exponential backoff (5 ms → 200 ms) up to `busy_timeout_s`, then
+what cannot change under it (index progress, SAE records, indexed window ids, window maxima). The `Session` it yields
+is a handle, not a connection: no SQL leaves this package. Long writers (the explain job) hold the file in a
+`lease.StoreLease` that steps aside when another process announces it waits.
+A process that finds the file locked retries with exponential backoff (5 ms → 25 ms) up to `busy_timeout_s`, then
 raises `StoreBusyError`. So the app keeps reading while `workbench index` writes (it waits at most one write
 transaction), and concurrent writers queue on DuckDB's lock — never interleave, never corrupt.
+
+Layout: `store.py` is the `Store` facade, one class over a mixin per table family, each module holding its own SQL:
+`base.py` (sessions, transactions, session cache, schema introspection), `saes.py`, `windows.py`, `indexing.py`
+(index_runs, activations_staging, activations), `activations.py` (per-feature reads and example draws, with
+`feature_rows.py`), `stats.py`, `tokens.py` (token search), `explanations.py`, `scores.py` (scores, evals),
+`samples.py`, `llm_cache.py`, `embeddings.py` (+ `vectors.py`, the memory-mapped copy), `parquet.py`; `sql.py` holds
+their shared helpers, `connection.py` the file attachment, `migrations.py` the schema, `lease.py` the job's lease.
 
 Schema: append-only numbered migrations (`migrations.py`) recorded in `schema_migrations`; a store from a newer
 version raises `SchemaVersionError`, an unreadable file `StoreCorruptError`.
 
 Tables: saes, windows, index_runs, activations_staging, activations (sparse: sae_id, feature, window_id, position,
-value; sorted by feature after indexing), feature_stats, feature_neighbours, window_vectors (float32 blobs), explanations, scores,
-evals, llm_cache, samples, schema_migrations.
+value; sorted by feature after indexing), feature_stats, feature_neighbours, window_vectors (float32 blobs),
+explanations (status), scores (status, score_key UNIQUE), evals, llm_cache, samples, schema_migrations.
 
-Public API of `Store` (records are frozen dataclasses from `workbench.store.records`):
+Public API of `Store` (records are frozen dataclasses from `sae_workbench.store.records`; statuses are
+`sae_workbench.status.Status`):
 
   Store.open(path, read_only=False, *, busy_timeout_s=60.0) -> Store
-  session() -> ContextManager[connection];  transaction() -> ContextManager[None]   (group writes atomically)
+  session() -> ContextManager[Session];  transaction() -> ContextManager[None]   (group writes atomically)
   schema_version() -> int;  table_names() -> list[str];  table_columns(table) -> list[(name, type)]
 
   SAEs
@@ -35,20 +45,22 @@ Public API of `Store` (records are frozen dataclasses from `workbench.store.reco
   get_windows(corpus, window_ids) -> list[Window];  window_tokens(corpus, ids) -> {id: (token_strings, mask)}
   window_ids(corpus) -> ndarray;  window_texts(corpus, ids) -> list[str]
 
-  Activations / indexing (written by workbench.indexing)
+  Activations / indexing (written by sae_workbench.sae.indexing)
   start_index(sae_id, corpus, context_size, top_k, config) -> IndexProgress;  index_progress(sae_id) -> IndexProgress | None
   add_activations(sae_id, batch: pa.Table | pa.RecordBatch [feature, window_id, position, value]) -> int
   add_index_batch(sae_id, corpus, windows: dict, activations, next_window, n_tokens) -> None   (atomic, idempotent)
   finalize_index(sae_id) -> int;  activation_count(sae_id, staged=False) -> int;  activation_coordinates(sae_id) -> pa.Table
   window_activations(sae_id, feature, window_ids) -> ndarray (N, T) float32   (dense per-token values)
   window_maxima(sae_id, feature) -> WindowMaxima;  indexed_window_ids(sae_id) -> ndarray
+  window_text_scores(sae_id, feature) -> (window ids, scores)   (PRISM's text score per active window)
+  features_for_token(sae_id, token, *, ignore_case=False, limit=25) -> (occurrences, list[TokenFeature])
 
   Examples (window ids of the SAE's indexed corpus: get_sae/index_progress(sae_id).corpus)
   top_examples(sae_id, feature, k=20) -> list[Example]
   quantile_examples(sae_id, feature, n_quantiles=10, per_quantile=5, seed=0) -> list[Example]
   random_examples(sae_id, feature, k, seed=0) -> list[Example]
   random_negatives(sae_id, feature, k, seed=0, threshold=0.0) -> list[int]
-  (close negatives: explainers.sampling.close_negatives / draw_negatives, which store what they draw)
+  (close negatives: sae_workbench.examples.sampling.close_negatives / draw_negatives, which store what they draw)
   add_sample(Sample) -> int;  samples(sae_id, feature=None, source=None) -> list[Sample]
 
   Embeddings
@@ -57,22 +69,27 @@ Public API of `Store` (records are frozen dataclasses from `workbench.store.reco
   windows_missing_embeddings(corpus, model) -> ndarray
   embedding_count(corpus, model) -> int
 
-  Feature statistics (filled by workbench.indexing.compute_feature_stats)
+  Feature statistics (filled by sae_workbench.sae.indexing.compute_feature_stats)
   compute_activation_stats(sae_id, quantile_levels=…, n_bins=32) -> int;  put_feature_neighbours(sae_id, table) -> None
   feature_stats(sae_id, feature) -> FeatureStats;  feature_table(sae_id) -> pa.Table
 
-  Explanations, scores, evals, LLM cache
+  Explanations (status OK or DEAD)
   add_explanation(ExplanationRecord) -> int (existing id if its config_key is stored);  has_explanation(config_key) -> bool
   stored_explanation_keys(config_keys) -> set[str] (the stored subset, one query)
   add_explanations(records) -> list[int]   (one transaction: batch a job's writes)
   explanations(sae_id=None, feature=None, explainer=None) -> list[ExplanationRecord];  get_explanation(id) -> ExplanationRecord
-  add_score(ScoreRecord) -> int;  scores(explanation_id=None, scorer=None, sae_id=None) -> list[ScoreRecord]
+
+  Scores (status; score_key unique: a stored key raises DuplicateScoreError and writes nothing), evals, LLM cache
+  add_score(ScoreRecord) -> int;  add_scores(records) -> list[int]   (one transaction, all or nothing)
+  score_keys(sae_id, scorer) -> set[str]   (what a job skips on resume, one query)
+  scores(explanation_id=None, scorer=None, sae_id=None) -> list[ScoreRecord]
   add_eval(sae_id, eval_type_id, result: dict) -> int;  evals(sae_id=None, eval_type_id=None) -> list[EvalRecord]
   llm_cache_get(key) -> LLMCacheEntry | None;  llm_cache_put(key, model, response: dict, tokens: int) -> None
+  llm_cache_put_many([(key, model, response, tokens), ...]) -> None
 
   Export / import
   export_parquet(folder) -> list[Path];  import_parquet(folder) -> list[str]
-  workbench.store.export.export_neuronpedia(store, sae_id, path, ...) -> int   (gzipped JSONL)
+  sae_workbench.store.export.export_neuronpedia(store, sae_id, path, ...) -> int   (gzipped JSONL)
 """
 
 from sae_workbench.store.errors import (

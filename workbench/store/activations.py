@@ -1,10 +1,12 @@
 """Per-feature reads of the activation table: window maxima, dense activations on windows, PRISM's text scores, and
 the example draws built on the maxima (top, quantile, random, random negatives).
 
-Two read paths answer the first three (both pinned equal by tests/store/test_store_perf.py): inside a session, a
-feature with at most `feature_rows.ROWS_CAP` rows is read once by a plain scan and answered in numpy (`FeatureRows`:
-one query per feature instead of one per call, 3–6 ms each on this machine); denser features, and calls outside a
-session, use DuckDB aggregates (bounded memory).
+Two read paths answer the first three (pinned equal by tests/store/test_store_perf.py::
+test_feature_rows_answer_like_the_aggregate_queries): inside a session, a feature with at most `feature_rows.ROWS_CAP`
+rows is read once by a plain scan and answered in numpy (`FeatureRows`: one query per feature instead of one per
+call, 3–6 ms each on this machine); denser features, and calls outside a session, use DuckDB aggregates (bounded
+memory). Measured on 1M synthetic rows (bench/store_bench.py's synthetic_rows, 40 features of median 86 rows; maxima +
+activations on the top 20 + text scores, in a session): 2.3 ms per feature by rows, 11.7 ms by aggregates.
 """
 
 from __future__ import annotations
