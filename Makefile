@@ -33,8 +33,9 @@ system-deps:
 demo: system-deps venv
 	$(VENV)/bin/workbench demo
 
+# Coverage ([tool.coverage] in pyproject.toml) prints before pytest's summary line, which stays the last line.
 test: system-deps venv
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --cov --cov-report=term
 
 test-fast: venv
 	$(PY) -m pytest -q -m "not slow"
