@@ -120,17 +120,22 @@ def _readout_at(
     roles: Roles,
     rule: MlpRule,
     temperature: float,
+    t: int,
 ) -> torch.Tensor:
-    """Decompose from residual state `start` to the target hook; the components there (M, N, D)."""
+    """Decompose from residual state `start` to the target hook; the components there at position t (M, D)."""
+    at = slice(t, t + 1)
     if target.kind == "state":
-        return propagate(model, trace, C_MND, start, target.state, roles, rule, temperature)
-    if start <= target.state:
+        return propagate(model, trace, C_MND, start, target.state, roles, rule, temperature, keep=t)[:, 0]
+    if start > target.state:  # the decomposition starts at the sublayer output itself (its own heads / MLP)
+        out_MND = C_MND[:, at]
+    elif target.kind == "attn_out":  # attention reads every position of its input state
         C_MND = propagate(model, trace, C_MND, start, target.state, roles, rule, temperature)
-        out_MND = step(model, trace, target.state, C_MND, roles, rule, temperature)
-    else:  # the decomposition starts at the sublayer output itself (its own heads / MLP)
-        out_MND = C_MND
-    check_sum(out_MND, trace.acts[target.hook], target.hook)
-    return out_MND
+        out_MND = step(model, trace, target.state, C_MND, roles, rule, temperature, at)
+    else:
+        C_MND = propagate(model, trace, C_MND, start, target.state, roles, rule, temperature, keep=t)
+        out_MND = step(model, trace, target.state, C_MND, roles, rule, temperature, at)
+    check_sum(out_MND, trace.acts[target.hook][at], target.hook)
+    return out_MND[:, 0]
 
 
 def _clean_at(trace: Trace, target: Target) -> torch.Tensor:
@@ -233,9 +238,9 @@ def depass_tokens(
     embed_ND = trace.state(0)
     C_MND = torch.zeros(N + 2, N, embed_ND.shape[-1])
     C_MND[torch.arange(N), torch.arange(N)] = embed_ND
-    parts_MND = _readout_at(model, trace, target, C_MND, 0, roles, rule, temperature)
+    parts_MD = _readout_at(model, trace, target, C_MND, 0, roles, rule, temperature, t)
     x_D = _clean_at(trace, target)[t]
-    scores_M = readout.component_scores(parts_MND[:, t], x_D)
+    scores_M = readout.component_scores(parts_MD, x_D)
     pre = float(readout.pre_activation_N(x_D[None])[0])
     total = float(scores_M.sum()) + readout.bias
     return TokenAttribution(
@@ -345,8 +350,8 @@ def depass_components(
         if target.kind != "state" and sub == target.state:
             C_MND[0] = 0.0  # the read-out is this sublayer's output: its input is not part of it
         roles = Roles(rest=0, bias=C_MND.shape[0] - 1)
-        parts_MND = _readout_at(model, trace, target, C_MND, sub + 1, roles, rule, temperature)
-        scores_M = readout.component_scores(parts_MND[:, t], x_D)
+        parts_MD = _readout_at(model, trace, target, C_MND, sub + 1, roles, rule, temperature, t)
+        scores_M = readout.component_scores(parts_MD, x_D)
         worst = max(worst, abs(float(scores_M.sum()) + readout.bias - pre))
         rest, bias, inner = float(scores_M[0]), float(scores_M[-1]), scores_M[1:-1].tolist()
         if is_mlp:
@@ -462,9 +467,9 @@ def depass_upstream(
     C_MND[K + 2, :first] = x_ND[:first]
     C_MND[K + 3] = x_ND - C_MND[: K + 3].sum(0)
     roles = Roles(rest=K + 3, bias=K + 4)
-    parts_MND = _readout_at(model, trace, target, C_MND, up.state, roles, rule, temperature)
+    parts_MD = _readout_at(model, trace, target, C_MND, up.state, roles, rule, temperature, t)
     x_D = _clean_at(trace, target)[t]
-    scores_M = readout.component_scores(parts_MND[:, t], x_D)
+    scores_M = readout.component_scores(parts_MD, x_D)
     pre = float(readout.pre_activation_N(x_D[None])[0])
     return UpstreamAttribution(
         feature=feature,

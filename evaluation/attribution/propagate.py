@@ -33,6 +33,9 @@ REST_ZERO_TOL = 1e-5
 SECANT_TOL = 1e-6
 # A production invariant (spec D.): components must still sum to the clean state; looser than the test's 1e-5.
 MISMATCH_TOL = 1e-3
+# Below this fraction of non-zero rows a projection runs on those rows alone (gather + scatter beats the dense mm).
+NONZERO_ROWS_DENSE = 0.75
+ALL = slice(None)
 
 
 @dataclass(frozen=True)
@@ -151,18 +154,50 @@ def _norm(
             "the norm scale recomputed from the cached residual differs from hook_scale: the model's norm is not "
             "the TransformerLens LN/RMS it claims; use a model loaded by sae_workbench.models.load_model."
         )
-    out = C_MND / scale_N1
+    factor_ND = 1.0 / scale_N1
     if kind in ("LN", "RMS"):
-        out = out * param(ln, "w")
+        factor_ND = factor_ND * param(ln, "w")
+    out = C_MND * factor_ND  # one pass over the components
     if kind == "LN":
         out[roles.bias] += param(ln, "b")
     return out
 
 
-def attention_step(
-    model: HookedTransformer, trace: Trace, layer: int, C_MND: torch.Tensor, roles: Roles
+def _mm_nonzero(
+    X_RK: torch.Tensor, W_KO: torch.Tensor, live_R: torch.Tensor | None = None, fill: float = 0.0
 ) -> torch.Tensor:
-    """Block `layer`'s attention output split among the components, shape (M, N, D); frozen patterns."""
+    """X @ W computed on the rows `live_R` only (default: X's non-zero rows), the other rows set to `fill`.
+
+    The other rows of X must be zero. A token split is zero before each token, so about half the rows of a
+    token-level run are skipped.
+    """
+    nz_R = X_RK.ne(0).any(-1) if live_R is None else live_R
+    n = int(nz_R.sum())
+    if n > NONZERO_ROWS_DENSE * X_RK.shape[0]:
+        out_RO = X_RK @ W_KO
+        if fill != 0.0:
+            out_RO[~nz_R] = fill
+        return out_RO
+    out_RO = X_RK.new_full((X_RK.shape[0], W_KO.shape[1]), fill)
+    if n:
+        out_RO[nz_R] = X_RK[nz_R] @ W_KO
+    return out_RO
+
+
+def attention_step(
+    model: HookedTransformer,
+    trace: Trace,
+    layer: int,
+    C_MND: torch.Tensor,
+    roles: Roles,
+    rows: slice = ALL,
+    live_MN: torch.Tensor | None = None,
+) -> torch.Tensor:
+    """Block `layer`'s attention output at query positions `rows`, split among the components (M, n_rows, D).
+
+    `C_MND` is the whole decomposed resid_pre (every key position); patterns are frozen from the clean pass.
+    `live_MN` marks the (component, position) rows that may be non-zero (`live_rows`); None: found from the data.
+    """
     block = model.blocks[layer]
     attn = block.attn
     x_ND = trace.acts[f"blocks.{layer}.hook_resid_pre"]
@@ -173,35 +208,57 @@ def attention_step(
     b_V_GE = param(attn, "_b_V" if hasattr(attn, "_b_V") else "b_V")
     G, _, E = W_V_GDE.shape
     H = model.cfg.n_heads
-    V_MNGE = (Chat_MND.reshape(M * N, D) @ W_V_GDE.permute(1, 0, 2).reshape(D, G * E)).reshape(M, N, G, E)
+    live_R = None if live_MN is None else live_MN.reshape(-1)
+    V_MNGE = _mm_nonzero(Chat_MND.reshape(M * N, D), W_V_GDE.permute(1, 0, 2).reshape(D, G * E), live_R)
+    V_MNGE = V_MNGE.reshape(M, N, G, E)
     V_MNGE[roles.bias] += b_V_GE
-    V_MNHE = V_MNGE.repeat_interleave(H // G, dim=2)
-    A_HQK = trace.acts[f"blocks.{layer}.attn.hook_pattern"]
-    V_HKX = V_MNHE.permute(2, 1, 0, 3).reshape(H, N, M * E)
-    z_HQX = torch.bmm(A_HQK, V_HKX)  # rows of A sum to 1, so b_V reaches the output once per query
-    z_MQHE = z_HQX.reshape(H, N, M, E).permute(2, 1, 0, 3)
+    # Heads of one KV group share V: (G, N, M·E) per group, then each query head h reads group h // (H / G).
+    V_GKX = V_MNGE.permute(2, 1, 0, 3).reshape(G, N, M * E)
+    A_HQK = trace.acts[f"blocks.{layer}.attn.hook_pattern"][:, rows]
+    Q = A_HQK.shape[1]
+    z_HQX = torch.bmm(A_HQK, V_GKX.repeat_interleave(H // G, dim=0))  # rows of A sum to 1: b_V counted once
+    z_MQHE = z_HQX.reshape(H, Q, M, E).permute(2, 1, 0, 3)
     W_O = param(attn, "W_O").reshape(H * E, D)
-    out_MND = (z_MQHE.reshape(M * N, H * E) @ W_O).reshape(M, N, D)
-    out_MND[roles.bias] += param(attn, "b_O")
-    return out_MND
+    live_out_R = None if live_MN is None else attention_live(live_MN)[:, rows].reshape(-1)
+    out_MQD = _mm_nonzero(z_MQHE.reshape(M * Q, H * E), W_O, live_out_R).reshape(M, Q, D)
+    out_MQD[roles.bias] += param(attn, "b_O")
+    return out_MQD
 
 
-def _softmax_weights(g_MNJ: torch.Tensor, roles: Roles, temperature: float) -> torch.Tensor:
-    """The paper's softmax split of each frozen neuron activation by gate share; weights sum to 1 over components."""
-    g_MNJ = g_MNJ.clone()
-    rest = g_MNJ[roles.rest]
-    g_MNJ[roles.rest] = torch.where(rest.abs() < REST_ZERO_TOL, torch.zeros_like(rest), rest)
-    # Components with exactly zero share (e.g. tokens after n in a token split) take no part.
-    mask_MNJ = g_MNJ != 0
+def _softmax_split(
+    g_MNJ: torch.Tensor,
+    core_NJ: torch.Tensor,
+    roles: Roles,
+    temperature: float,
+    first_position: int = 0,
+    zeros_marked: bool = False,
+) -> torch.Tensor:
+    """The paper's softmax split of each frozen neuron activation `core_NJ` by gate share g (M, N, J).
+
+    A component whose share is exactly zero (e.g. a token after n in a token split) takes no part; the weights of
+    the others, softmax_m(g / T), sum to 1, so the shares sum to `core_NJ`. With `zeros_marked` the caller has
+    already written -inf into the all-zero rows (a zero entry inside a non-zero row happens only by coincidence),
+    which saves a pass over the tensor. Works in place on `g_MNJ`; `first_position` is the absolute position of
+    its first column (the BOS rule applies after absolute position 0).
+    """
+    rest_NJ = g_MNJ[roles.rest]
+    # The residual component's share counts as empty below the reference code's 1e-5.
+    rest_NJ.masked_fill_(rest_NJ.abs() < REST_ZERO_TOL, float("-inf"))
+    if not zeros_marked:
+        g_MNJ.masked_fill_(g_MNJ.eq(0), float("-inf"))
     if roles.bos is not None:
         # ignore_special_token: the BOS attention sink takes no share after position 0 (reference default True).
-        mask_MNJ[roles.bos, 1:] = False
-    logits_MNJ = torch.where(mask_MNJ, g_MNJ / temperature, torch.full_like(g_MNJ, float("-inf")))
-    nobody_NJ = ~mask_MNJ.any(0)
-    logits_MNJ[roles.rest] = torch.where(
-        nobody_NJ, torch.zeros_like(nobody_NJ, dtype=g_MNJ.dtype), logits_MNJ[roles.rest]
-    )
-    return torch.softmax(logits_MNJ, dim=0)
+        g_MNJ[roles.bos, max(0, 1 - first_position) :] = float("-inf")
+    g_MNJ.div_(temperature)
+    top_NJ = g_MNJ.amax(0)
+    # Nobody holds a share: the residual component takes it (logit 0 against -inf everywhere else).
+    nobody_NJ = top_NJ.isneginf()
+    if bool(nobody_NJ.any()):
+        rest_NJ.masked_fill_(nobody_NJ, 0.0)
+        top_NJ.masked_fill_(nobody_NJ, 0.0)
+    # softmax over m written out, in place: exp(l - max) * (core / sum) (torch.softmax over the outer dim is slow).
+    g_MNJ.sub_(top_NJ).exp_()
+    return g_MNJ.mul_(core_NJ / g_MNJ.sum(0))
 
 
 def _act_slope_at_zero(act_fn: Callable[[torch.Tensor], torch.Tensor]) -> float:
@@ -219,9 +276,13 @@ def mlp_step(
     roles: Roles,
     rule: MlpRule,
     temperature: float = SOFTMAX_TEMPERATURE,
+    rows: slice = ALL,
+    live_MN: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """Block `layer`'s MLP output split among the components by `rule`, shape (M, N, D); frozen activations.
+    """Block `layer`'s MLP output split among the components by `rule`, shape (M, n_rows, D); frozen activations.
 
+    `C_MND` holds the decomposed resid_mid at positions `rows` (the MLP is position-wise); `live_MN` as in
+    `attention_step`, for those positions.
     Gated (TL gated_mlp: h = act(g)·u + b_in): `softmax` splits the frozen act(g)·u by gate share g_m (paper);
     `up_linear` freezes act(g) and splits u linearly; `gate_linear` freezes the secant slope act(g)/g and u and
     splits g linearly (reference `taylor`). Ungated (h = act(g), g = x W_in + b_in): `up_linear` and `gate_linear`
@@ -230,42 +291,54 @@ def mlp_step(
     block = model.blocks[layer]
     mlp = block.mlp
     gated = model.cfg.gated_mlp
-    x_ND = trace.acts[f"blocks.{layer}.hook_resid_mid"]
-    Chat_MND = _norm(model, block.ln2, C_MND, x_ND, roles, trace.acts.get(f"blocks.{layer}.ln2.hook_scale"))
+    x_ND = trace.acts[f"blocks.{layer}.hook_resid_mid"][rows]
+    scale = trace.acts.get(f"blocks.{layer}.ln2.hook_scale")
+    Chat_MND = _norm(model, block.ln2, C_MND, x_ND, roles, None if scale is None else scale[rows])
     M, N, D = Chat_MND.shape
-    g_NJ = trace.acts[f"blocks.{layer}.mlp.hook_pre"]
-    h_NJ = trace.acts[f"blocks.{layer}.mlp.hook_post"]
+    g_NJ = trace.acts[f"blocks.{layer}.mlp.hook_pre"][rows]
+    h_NJ = trace.acts[f"blocks.{layer}.mlp.hook_post"][rows]
     b_in = param(mlp, "b_in")
     W_first = param(mlp, "W_gate" if gated else "W_in")
     J = W_first.shape[1]
     flat = Chat_MND.reshape(M * N, D)
+    live_R = None if live_MN is None else live_MN.reshape(-1)
     if gated:
-        u_NJ = trace.acts[f"blocks.{layer}.mlp.hook_pre_linear"]
+        u_NJ = trace.acts[f"blocks.{layer}.mlp.hook_pre_linear"][rows]
         core_NJ = h_NJ - b_in  # TL adds b_in after the product; it goes to the bias component
     else:
         u_NJ = torch.ones_like(g_NJ)
         core_NJ = h_NJ
     if rule == "up_linear" and gated:
-        u_MNJ = (flat @ param(mlp, "W_in")).reshape(M, N, J)
-        act_NJ = mlp.act_fn(g_NJ)
-        hm_MNJ = act_NJ * u_MNJ
+        u_MNJ = _mm_nonzero(flat, param(mlp, "W_in"), live_R).reshape(M, N, J)
+        hm_MNJ = u_MNJ.mul_(mlp.act_fn(g_NJ))
     else:
-        g_MNJ = (flat @ W_first).reshape(M, N, J)
+        if rule == "softmax":
+            # Gate shares only for the non-zero rows; the zero ones take no part (-inf), except the residual and,
+            # for an ungated MLP, the bias component (it holds b_in).
+            nonzero_MN = Chat_MND.ne(0).any(-1)
+            nonzero_MN[roles.rest] = True
+            if not gated:
+                nonzero_MN[roles.bias] = True
+            live_R = nonzero_MN.reshape(-1)
+            g_MNJ = _mm_nonzero(flat, W_first, live_R, float("-inf")).reshape(M, N, J)
+        else:
+            g_MNJ = _mm_nonzero(flat, W_first, live_R).reshape(M, N, J)
         if not gated:
             g_MNJ[roles.bias] += b_in
         if rule == "softmax":
-            hm_MNJ = _softmax_weights(g_MNJ, roles, temperature) * core_NJ
+            hm_MNJ = _softmax_split(g_MNJ, core_NJ, roles, temperature, rows.start or 0, zeros_marked=True)
         elif rule in ("gate_linear", "up_linear"):
             small = g_NJ.abs() <= SECANT_TOL
             safe_g = torch.where(small, torch.ones_like(g_NJ), g_NJ)
             slope_NJ = torch.where(small, _act_slope_at_zero(mlp.act_fn) * u_NJ, core_NJ / safe_g)
-            hm_MNJ = slope_NJ * g_MNJ
+            hm_MNJ = g_MNJ.mul_(slope_NJ)
         else:
             raise ValueError(f"unknown MLP rule {rule!r}; use one of {MLP_RULES}")
-    out_MND = (hm_MNJ.reshape(M * N, J) @ param(mlp, "W_out")).reshape(M, N, D)
+    W_out = param(mlp, "W_out")
+    out_MND = _mm_nonzero(hm_MNJ.reshape(M * N, J), W_out, live_R).reshape(M, N, D)
     bias_D = param(mlp, "b_out")
     if gated:
-        bias_D = bias_D + b_in @ param(mlp, "W_out")
+        bias_D = bias_D + b_in @ W_out
     out_MND[roles.bias] += bias_D
     return out_MND
 
@@ -278,12 +351,33 @@ def step(
     roles: Roles,
     rule: MlpRule,
     temperature: float = SOFTMAX_TEMPERATURE,
+    rows: slice = ALL,
+    live_MN: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """The sublayer output (M, N, D) that takes residual state `state` to `state + 1`."""
+    """The sublayer output (M, n_rows, D) at positions `rows` that takes residual state `state` to `state + 1`.
+
+    An attention step reads the whole decomposed state; an MLP step reads the state at `rows` only.
+    """
     layer, mid = divmod(state, 2)
     if mid:
-        return mlp_step(model, trace, layer, C_MND, roles, rule, temperature)
-    return attention_step(model, trace, layer, C_MND, roles)
+        return mlp_step(model, trace, layer, C_MND, roles, rule, temperature, rows, live_MN)
+    return attention_step(model, trace, layer, C_MND, roles, rows, live_MN)
+
+
+def live_rows(C_MND: torch.Tensor, roles: Roles) -> torch.Tensor:
+    """(M, N) bool: the rows of a decomposition that may be non-zero; the bias and residual ones always may."""
+    live_MN = C_MND.ne(0).any(-1)
+    live_MN[roles.bias] = True
+    live_MN[roles.rest] = True
+    return live_MN
+
+
+def attention_live(live_MN: torch.Tensor) -> torch.Tensor:
+    """The live rows after a causal attention: a component reaches every position from its first live one on.
+
+    (Frozen softmax patterns are positive on every earlier position; the bias and residual rows stay live.)
+    """
+    return live_MN.int().cummax(dim=1).values.bool()
 
 
 def propagate(
@@ -296,13 +390,37 @@ def propagate(
     rule: MlpRule,
     temperature: float = SOFTMAX_TEMPERATURE,
     on_state: Callable[[int, torch.Tensor], None] | None = None,
+    keep: int | None = None,
 ) -> torch.Tensor:
-    """Carry a decomposition of residual state `start` to state `end` (end ≥ start); returns the new C (M, N, D)."""
+    """Carry a decomposition of residual state `start` to state `end` (end ≥ start); returns the new C (M, N, D).
+
+    With `keep`, only position `keep` of the end state is wanted: once no attention step is left, the remaining
+    steps run at that position alone and the result is (M, 1, D).
+    """
+    rows = ALL
+    live_MN = live_rows(C_MND, roles)
     for state in range(start, end):
-        C_MND = C_MND + step(model, trace, state, C_MND, roles, rule, temperature)
+        narrow = keep is not None and rows == ALL and not any(s % 2 == 0 for s in range(state + 1, end))
+        if narrow:
+            assert keep is not None
+            rows = slice(keep, keep + 1)
+            if state % 2 == 0:  # attention: every key position in, the kept query out
+                out_MND = step(model, trace, state, C_MND, roles, rule, temperature, rows, live_MN)
+                live_MN = attention_live(live_MN)[:, rows]
+                C_MND = C_MND[:, rows] + out_MND
+            else:
+                C_MND, live_MN = C_MND[:, rows], live_MN[:, rows]
+                C_MND = C_MND + step(model, trace, state, C_MND, roles, rule, temperature, rows, live_MN)
+        else:
+            C_MND = C_MND + step(model, trace, state, C_MND, roles, rule, temperature, rows, live_MN)
+            if state % 2 == 0:
+                live_MN = attention_live(live_MN)
         if on_state is not None:
             on_state(state + 1, C_MND)
-    check_sum(C_MND, trace.state(end), f"residual state {end}")
+    if keep is not None and rows == ALL:
+        rows = slice(keep, keep + 1)
+        C_MND = C_MND[:, rows]
+    check_sum(C_MND, trace.state(end)[rows], f"residual state {end}")
     return C_MND
 
 

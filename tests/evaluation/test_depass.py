@@ -23,7 +23,7 @@ from sae_workbench.evaluation.attribution import (
     random_scores,
 )
 from sae_workbench.evaluation.attribution.depass import head_outputs_NHD
-from sae_workbench.evaluation.attribution.propagate import Roles, _softmax_weights, propagate, trace_model
+from sae_workbench.evaluation.attribution.propagate import Roles, _softmax_split, propagate, trace_model
 from sae_workbench.evaluation.attribution.readout import feature_readout
 from sae_workbench.sae.io import SAEShapeMismatchError
 
@@ -258,17 +258,22 @@ def test_linear_rules_equal_an_independent_frozen_forward(rule):
 def test_softmax_rule_by_hand():
     # 4 components (bos, token, rest, bias) x 2 positions x 1 neuron.
     g = torch.tensor([[[0.3], [0.2]], [[0.0], [0.1]], [[1e-6], [0.0]], [[0.0], [0.0]]])
-    w = _softmax_weights(g, Roles(rest=2, bias=3, bos=0), temperature=0.1)
+    w = _softmax_split(g.clone(), torch.ones(2, 1), Roles(rest=2, bias=3, bos=0), temperature=0.1)
+    # Zero rows marked -inf by the caller instead of found per entry: the same weights.
+    marked = g.clone()
+    marked[g.eq(0).all(-1)] = float("-inf")
+    rows = _softmax_split(marked, torch.ones(2, 1), Roles(rest=2, bias=3, bos=0), 0.1, zeros_marked=True)
+    assert torch.equal(w, rows)
     # Position 0: only BOS holds a share (rest below 1e-5 is treated as empty) -> 1.
     assert w[:, 0, 0].tolist() == pytest.approx([1.0, 0.0, 0.0, 0.0])
     # Position 1: BOS is excluded after position 0 -> the token takes everything.
     assert w[:, 1, 0].tolist() == pytest.approx([0.0, 1.0, 0.0, 0.0])
     g2 = torch.tensor([[[0.0]], [[0.2]], [[-0.1]], [[0.0]]])
-    w2 = _softmax_weights(g2, Roles(rest=2, bias=3), temperature=0.1)
+    w2 = _softmax_split(g2, torch.ones(1, 1), Roles(rest=2, bias=3), temperature=0.1)
     e = np.exp([2.0, -1.0])
     assert w2[:, 0, 0].tolist() == pytest.approx([0.0, e[0] / e.sum(), e[1] / e.sum(), 0.0])
     # Nobody holds a share -> the residual component takes it, so the weights still sum to 1.
-    w3 = _softmax_weights(torch.zeros(3, 1, 1), Roles(rest=1, bias=2), temperature=0.1)
+    w3 = _softmax_split(torch.zeros(3, 1, 1), torch.ones(1, 1), Roles(rest=1, bias=2), temperature=0.1)
     assert w3[:, 0, 0].tolist() == [0.0, 1.0, 0.0]
 
 
@@ -333,3 +338,55 @@ def test_baselines_satisfy_their_axioms():
         == random_scores(TOKENS, np.random.default_rng(3))
         != random_scores(TOKENS, np.random.default_rng(4))
     )
+
+
+def _reference_softmax_shares(model, sae, tokens, feature, bos, temperature=0.1):
+    """Token shares by the paper's rule written out plainly (spec A.2), for the bias-free Llama-style model.
+
+    Dense (N + 1 components: tokens, then the residual one), per-entry masks, every position carried to the end,
+    TL's own repeat-interleaved W_V: none of the shortcuts of the library's propagation.
+    """
+    _, cache = model.run_with_cache(tokens[None])
+    N = tokens.numel()
+    C = torch.zeros(N + 1, N, D)
+    C[torch.arange(N), torch.arange(N)] = cache["blocks.0.hook_resid_pre"][0]
+    for layer, block in enumerate(model.blocks):
+        pre = f"blocks.{layer}."
+        x = C / cache[pre + "ln1.hook_scale"][0] * block.ln1.w
+        v = torch.einsum("mkd,hde->mhke", x, block.attn.W_V)
+        z = torch.einsum("hqk,mhke->mqhe", cache[pre + "attn.hook_pattern"][0], v)
+        C = C + torch.einsum("mqhe,hed->mqd", z, block.attn.W_O)
+        x = C / cache[pre + "ln2.hook_scale"][0] * block.ln2.w
+        g = x @ block.mlp.W_gate
+        g[N] = torch.where(g[N].abs() < 1e-5, torch.zeros_like(g[N]), g[N])
+        mask = g != 0
+        if bos:
+            mask[0, 1:] = False  # BOS takes no share after position 0
+        nobody = ~mask.any(0)
+        logits = torch.where(mask, g / temperature, torch.full_like(g, float("-inf")))
+        logits[N] = torch.where(nobody, torch.zeros_like(logits[N]), logits[N])
+        C = C + (torch.softmax(logits, 0) * cache[pre + "mlp.hook_post"][0]) @ block.mlp.W_out
+    return (C[:, -1] @ sae.W_enc[:, feature]).tolist()
+
+
+def test_softmax_rule_equals_a_plain_reimplementation():
+    model = build_llama()
+    sae = build_sae("standard")
+    N = TOKENS.numel()
+    with torch.no_grad():
+        ref = _reference_softmax_shares(model, sae, TOKENS, 7, bos=False)
+        ref_bos = _reference_softmax_shares(model, sae, TOKENS, 7, bos=True)
+    # The random model has no tokenizer, so depass_tokens finds no BOS and applies no BOS rule.
+    res = depass_tokens(model, sae, "blocks.1.hook_resid_post", TOKENS, 7, rule="softmax")
+    assert res.bos_position is None
+    assert list(res.scores_N) == pytest.approx(ref[:-1], rel=1e-4, abs=1e-5)
+    assert res.rest == pytest.approx(ref[-1], abs=1e-5)
+    # With position 0 as BOS (propagation kept to the last position only, as depass_tokens runs it).
+    trace = trace_model(model, TOKENS, last_block=1)
+    C = torch.zeros(N + 2, N, D)
+    C[torch.arange(N), torch.arange(N)] = trace.state(0)
+    out = propagate(model, trace, C, 0, 4, Roles(rest=N, bias=N + 1, bos=0), "softmax", keep=N - 1)
+    assert out.shape == (N + 2, 1, D)
+    scores = (out[:, 0] @ sae.W_enc[:, 7].detach()).tolist()
+    assert scores[: N + 1] == pytest.approx(ref_bos, rel=1e-4, abs=1e-5)
+    assert ref_bos != pytest.approx(ref, rel=1e-3)  # the BOS rule changes the split
