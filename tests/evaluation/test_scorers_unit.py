@@ -180,7 +180,9 @@ def test_embedding_score_pure() -> None:
 
 def test_cosy_score_and_prism_aggregate() -> None:
     s = cosy_score(np.array([3.0, 5.0]), np.array([0.0, 2.0]))
-    assert s.auc == 1.0 and s.mad == pytest.approx(3 / math.sqrt(2)) and s.mannwhitney_p == pytest.approx(1 / 6)
+    assert (
+        s.auc == 1.0 and s.mad == pytest.approx(3 / math.sqrt(2)) and s.mannwhitney_p == pytest.approx(1 / 6)
+    )
     zero = cosy_score(np.array([1.0]), np.array([0.0, 0.0]))
     assert zero.mad == 0.0 and zero.auc == 1.0
     weak = cosy_score(np.array([0.0, 0.0]), np.array([0.0, 0.0]))
