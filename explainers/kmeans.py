@@ -5,36 +5,33 @@ overhead.
 
 sklearn spends ~3 ms per restart on input validation, array-API dispatch in k-means++ and a threadpoolctl context
 around every Lloyd run — 30–130 ms per feature for 60 texts on this machine, against well under a millisecond of
-arithmetic. Here the steps are sklearn's own: the data are centred, k-means++ (greedy, 2 + ln k local trials,
-distances upcast to float64 as sklearn does) is re-implemented draw for draw on the same `RandomState`, the Lloyd
-iterations are sklearn's compiled `_kmeans_single_lloyd` (called unwrapped, single-threaded), and the best run is
-picked by inertia with sklearn's same-clustering check. tests/test_prism_parts.py checks that the labels equal
-`KMeans(...).fit_predict` on several inputs; if sklearn's private helpers move, `kmeans_labels` falls back to
-`KMeans` itself.
+arithmetic. Here every step is sklearn's, written in numpy with the same floating-point operations in the same order,
+so the labels are the same, not just close: the data are centred; k-means++ (greedy, 2 + ln k local trials,
+distances upcast to float64 as sklearn does) draws from the same `RandomState`; Lloyd's iterations assign each row
+to its nearest centre through the same BLAS call sklearn makes (scipy's gemm: ‖c‖² − 2·x·c in chunks of 256 rows),
+sum each cluster's rows in row order, scale by the reciprocal count, relocate empty clusters to the farthest rows and
+stop on unchanged labels or a centre shift within tol; the best restart is picked by inertia with sklearn's
+same-clustering check. Only public numpy/scipy API is used. tests/explainers/test_prism_parts.py checks that the
+labels equal `KMeans(...).fit_predict` on inputs of both float widths, below and above one chunk.
 """
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
+from scipy.linalg import blas
 
 log = logging.getLogger(__name__)
 
 # sklearn's KMeans defaults.
 MAX_ITER = 300
 TOL = 1e-4
-
-
-def _sklearn_helpers() -> tuple[Callable[..., Any], Callable[..., Any]] | None:
-    """(unwrapped single Lloyd run, same-clustering check) from sklearn, or None when they are not there."""
-    try:
-        from sklearn.cluster._kmeans import _is_same_clustering, _kmeans_single_lloyd
-    except ImportError:
-        return None
-    return getattr(_kmeans_single_lloyd, "__wrapped__", _kmeans_single_lloyd), _is_same_clustering
+# Rows per assignment step (sklearn's CHUNK_SIZE): the gemm runs on blocks of this many rows.
+CHUNK_ROWS = 256
+# scipy's BLAS gemm per dtype: the library sklearn's compiled k-means calls through scipy.linalg.cython_blas.
+_GEMM: dict[type, Any] = {t: blas.get_blas_funcs("gemm", dtype=t) for t in (np.float32, np.float64)}
 
 
 def _row_norms_sq(X_ND: np.ndarray) -> np.ndarray:
@@ -84,6 +81,100 @@ def _kmeans_plusplus(
     return centers_KD
 
 
+def _sq_euclidean_rows(A_ND: np.ndarray, B_ND: np.ndarray) -> np.ndarray:
+    """(N,) squared distance of each row pair, summed as sklearn's `_euclidean_dense_dense` does: four products
+    at a time, ((p0 + p1) + p2) + p3, added in order to a running sum (then the remainder one by one)."""
+    sq_ND = A_ND - B_ND
+    sq_ND *= sq_ND
+    n_groups = sq_ND.shape[1] // 4
+    out = np.zeros(sq_ND.shape[0], dtype=sq_ND.dtype)
+    if n_groups:
+        s = sq_ND[:, 0 : 4 * n_groups : 4] + sq_ND[:, 1 : 4 * n_groups : 4]
+        s += sq_ND[:, 2 : 4 * n_groups : 4]
+        s += sq_ND[:, 3 : 4 * n_groups : 4]
+        out += np.cumsum(s, axis=1)[:, -1]  # cumsum adds left to right: the running sum, exactly
+    for c in range(4 * n_groups, sq_ND.shape[1]):
+        out += sq_ND[:, c]
+    return out
+
+
+def _assign(X_ND: np.ndarray, centers_KD: np.ndarray, labels_N: np.ndarray) -> None:
+    """Nearest centre of every row into `labels_N`: argmin of ‖c‖² − 2·x·c, from one gemm per chunk of rows."""
+    gemm = _GEMM[X_ND.dtype.type]
+    norms_K = _row_norms_sq(centers_KD)
+    for start in range(0, X_ND.shape[0], CHUNK_ROWS):
+        chunk_CD = X_ND[start : start + CHUNK_ROWS]
+        dist_CK = np.empty((chunk_CD.shape[0], centers_KD.shape[0]), dtype=X_ND.dtype)
+        dist_CK[:] = norms_K
+        # The column-major call sklearn's row-major _gemm makes: (K, C) = -2 · centers · chunkᵀ + ‖c‖².
+        dist_KC = gemm(-2.0, centers_KD.T, chunk_CD.T, beta=1.0, c=dist_CK.T, trans_a=1, overwrite_c=1)
+        labels_N[start : start + chunk_CD.shape[0]] = np.argmin(dist_KC, axis=0)
+
+
+def _update_centers(
+    X_ND: np.ndarray, centers_KD: np.ndarray, labels_N: np.ndarray
+) -> tuple[np.ndarray, np.ndarray]:
+    """(new centres, shift of each centre) after one Lloyd step from `centers_KD` with `labels_N` assigned."""
+    k = centers_KD.shape[0]
+    counts = np.bincount(labels_N, minlength=k)
+    new_KD = np.zeros_like(centers_KD)
+    # Each cluster's rows added one after another in row order, as sklearn accumulates them. cumsum adds strictly
+    # left to right; a reduction (np.add.reduce/reduceat) may sum in another order and differ in the last bits.
+    for j in np.flatnonzero(counts):
+        new_KD[j] = np.cumsum(X_ND[labels_N == j], axis=0)[-1]
+    count_K = counts.astype(X_ND.dtype)
+    empty = np.flatnonzero(count_K == 0)
+    if len(empty):
+        distances = ((X_ND - centers_KD[labels_N]) ** 2).sum(axis=1)
+        if np.max(distances) != 0:  # else more clusters than distinct rows: nothing to move
+            far = np.argpartition(distances, -len(empty))[: -len(empty) - 1 : -1]
+            for new, row in zip(empty, far, strict=True):
+                old = labels_N[row]
+                new_KD[old] -= X_ND[row]
+                new_KD[new] = X_ND[row]
+                count_K[new] = 1
+                count_K[old] -= 1
+    one = X_ND.dtype.type(1.0)
+    biggest = int(np.argmax(count_K))
+    for j in range(
+        k
+    ):  # in order: an empty cluster copies the biggest one, scaled or not yet, as sklearn's loop
+        if count_K[j] > 0:
+            new_KD[j] *= one / count_K[j]
+        else:
+            new_KD[j] = new_KD[biggest]
+    return new_KD, np.sqrt(_sq_euclidean_rows(new_KD, centers_KD))
+
+
+def _lloyd(X_ND: np.ndarray, centers_KD: np.ndarray, tol: float) -> tuple[np.ndarray, float]:
+    """One k-means run from `centers_KD`: (labels, inertia), step for step as sklearn's `_kmeans_single_lloyd`."""
+    n = X_ND.shape[0]
+    labels = np.full(n, -1, dtype=np.int32)
+    labels_old = labels.copy()
+    strict = False
+    for _ in range(MAX_ITER):
+        _assign(X_ND, centers_KD, labels)
+        centers_KD, shift_K = _update_centers(X_ND, centers_KD, labels)
+        if np.array_equal(labels, labels_old):
+            strict = True
+            break
+        if (shift_K**2).sum() <= tol:
+            break
+        labels_old[:] = labels
+    if not strict:  # labels that match the final centres
+        _assign(X_ND, centers_KD, labels)
+    sq_N = _sq_euclidean_rows(X_ND, centers_KD[labels])
+    inertia = np.cumsum(sq_N)[-1]  # a running sum in the data's dtype, row by row, as sklearn's
+    return labels, float(inertia)
+
+
+def _same_clustering(labels1: np.ndarray, labels2: np.ndarray, k: int) -> bool:
+    """Whether `labels1` maps to `labels2` label for label (sklearn's check before it prefers a run)."""
+    mapping = np.full(k, -1, dtype=np.int64)
+    mapping[labels1] = labels2  # the last row of each label wins; equal to every row's iff the mapping holds
+    return bool(np.array_equal(mapping[labels1], labels2))
+
+
 def kmeans_labels(embeddings_ND: np.ndarray, k: int, seed: int, n_init: int = 10) -> np.ndarray:
     """Cluster label per row (int64), as `KMeans(k, random_state=seed, n_init=n_init).fit_predict` gives."""
     X = np.array(embeddings_ND, order="C", copy=True)
@@ -94,14 +185,6 @@ def kmeans_labels(embeddings_ND: np.ndarray, k: int, seed: int, n_init: int = 10
         return np.zeros(0, dtype=np.int64)
     if not 1 <= k <= n:
         raise ValueError(f"k={k} clusters need 1..{n} rows")
-    helpers = _sklearn_helpers()
-    if helpers is None:  # pragma: no cover - depends on the installed sklearn
-        from sklearn.cluster import KMeans
-
-        log.info("sklearn's private KMeans helpers are not available; using KMeans")
-        n_init_any: Any = n_init
-        return KMeans(n_clusters=k, random_state=seed, n_init=n_init_any).fit_predict(X).astype(np.int64)
-    lloyd, same_clustering = helpers
     tol = np.mean(np.var(X, axis=0)) * TOL  # sklearn's _tolerance (same dtype), on the data before centring
     X -= X.mean(axis=0)  # sklearn centres the data for more accurate distances
     x_sq_N = _row_norms_sq(X)
@@ -111,10 +194,8 @@ def kmeans_labels(embeddings_ND: np.ndarray, k: int, seed: int, n_init: int = 10
     best_inertia = np.inf
     for _ in range(n_init):
         centers = _kmeans_plusplus(X, k, x_sq_N, weight_N, rng)
-        labels, inertia, _, _ = lloyd(
-            X, weight_N, centers, max_iter=MAX_ITER, verbose=False, tol=tol, n_threads=1
-        )
-        if best_labels is None or (inertia < best_inertia and not same_clustering(labels, best_labels, k)):
+        labels, inertia = _lloyd(X, centers, float(tol))
+        if best_labels is None or (inertia < best_inertia and not _same_clustering(labels, best_labels, k)):
             best_labels, best_inertia = labels, inertia
     assert best_labels is not None
     return best_labels.astype(np.int64)
