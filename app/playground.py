@@ -50,7 +50,7 @@ def load_pair(model_name: str, sae_spec: str, hook: str) -> tuple[Any, Any]:
 
 def encode_text(model: Any, sae: Any, hook: str, text: str, bos_id: int | None) -> PlaygroundResult:
     """Feature activations of every token of `text` (BOS prepended, like indexing) as a dense (T, F) array."""
-    from sae_workbench.models import stop_layer
+    from sae_workbench.models import forward_to_hooks
 
     if not text.strip():
         raise PlaygroundError("Type some text first.")
@@ -58,8 +58,7 @@ def encode_text(model: Any, sae: Any, hook: str, text: str, bos_id: int | None) 
     bos = int(bos_id) if bos_id is not None else int(model.tokenizer.bos_token_id or 0)
     tokens_1T = torch.tensor([[bos, *ids]], dtype=torch.long)
     with torch.no_grad():
-        _, cache = model.run_with_cache(tokens_1T, names_filter=[hook], stop_at_layer=stop_layer([hook]))
-        acts_TF = sae.encode(cache[hook][0].to(sae.W_enc.dtype))
+        acts_TF = sae.encode(forward_to_hooks(model, tokens_1T, [hook])[hook][0].to(sae.W_enc.dtype))
     strings = [model.tokenizer.decode([t]) for t in tokens_1T[0].tolist()]
     return PlaygroundResult(
         token_strings=strings,
