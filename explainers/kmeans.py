@@ -11,8 +11,9 @@ distances upcast to float64 as sklearn does) draws from the same `RandomState`; 
 to its nearest centre through the same BLAS call sklearn makes (scipy's gemm: ‖c‖² − 2·x·c in chunks of 256 rows),
 sum each cluster's rows in row order, scale by the reciprocal count, relocate empty clusters to the farthest rows and
 stop on unchanged labels or a centre shift within tol; the best restart is picked by inertia with sklearn's
-same-clustering check. Only public numpy/scipy API is used. tests/explainers/test_prism_parts.py checks that the
-labels equal `KMeans(...).fit_predict` on inputs of both float widths, below and above one chunk.
+same-clustering check. Only public numpy/scipy API is used. tests/explainers/test_prism_parts.py and test_kmeans.py
+check that the labels equal `KMeans(...).fit_predict` on inputs of both float widths, below and above one chunk,
+with empty clusters relocated and with duplicate rows.
 """
 
 from __future__ import annotations
