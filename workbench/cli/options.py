@@ -8,17 +8,24 @@ defaulted without declaring it again:
     from sae_workbench import defaults
     from sae_workbench.cli import options
 
-    def index(
-        sae: options.SaePath,                                  # required: no default
-        store: options.Store = defaults.STORE_PATH,
+    def command(
+        store: options.Store,                                  # required: no default
+        sae: options.SaeId,
         model: options.Model = defaults.DEFAULT_MODEL,
         hook: options.Hook = defaults.DEFAULT_HOOK,
+        context_size: options.ContextSize = defaults.CONTEXT_SIZE,
+        device: options.Device = defaults.DEFAULT_DEVICE,
         features: options.Features = "all",
+        llm_model: options.LlmModel = None,
+        api_key_env: options.ApiKeyEnv = defaults.LLM_API_KEY_ENV,
+        concurrency: options.Concurrency = defaults.LLM_CONCURRENCY,
         progress: options.Progress = True,
     ) -> None:
-        ...
-        subject = options.load_subject(model, [hook], context_size, device)   # validates once, at the edge
+        subject = options.load_subject(model, [hook], context_size, device)   # checked once, at the edge
         wanted = options.parse_features(features, d_sae)
+
+A command whose library entry point checks the model itself (`cache_activations`, `index_sae`) loads it with
+`load_model` and leaves the check to it, so nothing is checked twice.
 
 Options only one command has stay in that command's module. This module imports typer and the defaults only, so
 `--help` stays fast.
