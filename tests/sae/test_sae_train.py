@@ -389,3 +389,35 @@ def test_train_from_cache_and_streaming(tiny_model, tiny_corpus: Path, tmp_path:
         sae = load_sae(res.folder)
         assert sae.cfg.metadata.hook_name == hook and sae.cfg.metadata.model_name == "tiny"
         assert res.n_tokens == 256 * 4
+
+
+@pytest.mark.parametrize("shuffle_chunks", [1, 3])
+def test_held_out_windows_start_after_every_window_training_read(
+    tiny_model, tiny_corpus: Path, tmp_path: Path, shuffle_chunks: int
+):
+    from sae_workbench.corpus import resolve_corpus
+    from sae_workbench.sae.data import first_held_out_window
+
+    corpus, hook, context_size, per_chunk = (
+        resolve_corpus(str(tiny_corpus)),
+        "blocks.1.hook_resid_post",
+        32,
+        4,
+    )
+    stream = streaming_source(
+        tiny_model, hook, corpus, context_size=context_size, windows_per_chunk=per_chunk
+    )
+    last_read = []
+
+    def watched(start: int):
+        for chunk in stream(start):
+            last_read.append(int(chunk.label.split("-")[-1]))  # "windows a-b"
+            yield chunk
+
+    cfg = small_cfg(n_tokens=256 * 6, shuffle_chunks=shuffle_chunks)
+    train_sae(watched, 64, cfg, tmp_path, model_name="tiny", hook=hook, progress=False)
+    first = first_held_out_window(cfg.n_tokens, context_size, shuffle_chunks, windows_per_chunk=per_chunk)
+    assert max(last_read) < first, (max(last_read), first)
+    assert (
+        max(last_read) >= int(cfg.n_tokens / (context_size - 1)) - 1
+    )  # it did read past the bare token count
