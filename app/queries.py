@@ -32,6 +32,7 @@ from sae_workbench.app.views import (
     TokenFeatureHit,
 )
 from sae_workbench.errors import WorkbenchError
+from sae_workbench.status import Status
 from sae_workbench.store import Store
 from sae_workbench.store.errors import (
     NotIndexedError,
@@ -73,17 +74,6 @@ FILL_COMMANDS = {
     "absorption": "workbench absorption --store STORE",
     "negatives": "workbench explain / workbench score (they store the negatives they draw)",
 }
-# Metric names tried in order when a scorer's metrics have no obvious headline value.
-HEADLINE_METRICS = (
-    "score",
-    "correlation",
-    "pooled_pearson",
-    "balanced_accuracy",
-    "auc",
-    "auroc",
-    "f1",
-    "accuracy",
-)
 
 
 class FeatureOutOfRangeError(WorkbenchError):
@@ -368,15 +358,16 @@ def feature_labels(path: str, sae_id: str, features: list[int]) -> dict[int, str
 # ---------------------------------------------------------------------------------------------- compare
 
 
-def headline_metric(metrics: dict[str, Any]) -> tuple[str, float] | None:
-    """The (name, value) a scorer's metrics are summarised by: the first known name present, else the first number."""
-    for name in HEADLINE_METRICS:
-        value = metrics.get(name)
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return name, float(value)
-    for name, value in metrics.items():
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return name, float(value)
+def headline_metric(scorer: str, metrics: dict[str, Any]) -> tuple[str, float] | None:
+    """The (name, value) a score is summarised by: its scorer's headline metric (None when absent or not a number)."""
+    from sae_workbench.evaluation.registry import (
+        headline_metric as scorer_headline,  # the scorers load on first use
+    )
+
+    name = scorer_headline(scorer)
+    value = metrics.get(name) if name else None
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(name), float(value)
     return None
 
 
@@ -394,7 +385,7 @@ def _score_table(path: str, version: tuple[int, ...], sae_id: str) -> pd.DataFra
     rows = []
     for s in scores:
         e = explanations.get(s.explanation_id)
-        head = headline_metric(s.metrics)
+        head = headline_metric(s.scorer, s.metrics) if s.status is Status.OK else None
         if e is None or head is None:
             continue
         rows.append(

@@ -42,7 +42,8 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 
 from sae_workbench.embeddings import embed_texts
 from sae_workbench.explainers.job import ExplainConfig, ExplainJob
-from sae_workbench.explainers.prism import PrismConfig
+from sae_workbench.explainers.prism import PrismConfig, PrismExplainer
+from sae_workbench.explainers.registry import make_explainer
 from sae_workbench.llm.config import LLMConfig
 from sae_workbench.models import load_model
 from sae_workbench.store import Store
@@ -135,14 +136,16 @@ class Server:
             self.proc.join(timeout=10)
 
 
-def run(store: Store, explainer: ExplainConfig, features: list[int], llm: LLMConfig | None, conc: int,
+def run(store: Store, explainer: ExplainConfig | PrismExplainer, features: list[int], llm: LLMConfig | None, conc: int,
         server: Server | None, embed: TimedEmbed | None = None) -> dict[str, Any]:  # fmt: skip
     """One job; returns wall seconds, server-busy seconds, embedding seconds, calls, tokens and request bytes."""
     n0, busy0, bytes0 = server.busy() if server else (0, 0.0, 0)
     embed0 = embed.seconds if embed else 0.0
     t0 = time.perf_counter()
-    job = ExplainJob(store, PLANTED_SAE, explainer, llm, concurrency=conc, progress=False, use_cache=False,
-                     embed=embed)  # fmt: skip
+    method = make_explainer(explainer) if isinstance(explainer, ExplainConfig) else explainer
+    if embed is not None and isinstance(method, PrismExplainer):
+        method = PrismExplainer(method.config, embed=embed)  # time the embedding model's pass apart
+    job = ExplainJob(store, PLANTED_SAE, method, llm, concurrency=conc, progress=False, use_cache=False)
     summary = job.run(features)
     wall = time.perf_counter() - t0
     n1, busy1, bytes1 = server.busy() if server else (0, 0.0, 0)
@@ -253,7 +256,7 @@ def main() -> None:
     embed = TimedEmbed()
     try:
         llm = LLMConfig(model="fake", base_url=server.base_url, max_retries=0, concurrency=64)
-        prism = ExplainConfig("prism", prism=PrismConfig(percentile=90.0, n_texts=60))
+        prism = PrismExplainer(PrismConfig(percentile=90.0, n_texts=60))
         tree = ExplainConfig("tree", negatives="RANDOM_NEGATIVE")
         plans = [
             ("lexical", ExplainConfig("lexical"), None, args.features),

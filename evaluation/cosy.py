@@ -23,9 +23,16 @@ import numpy as np
 import torch
 
 from sae_workbench.errors import WorkbenchError
-from sae_workbench.evaluation.base import ScoreBackends, ScoreConfig, ScoreConfigError, ScoreOutcome, TestRecords
+from sae_workbench.evaluation.base import (
+    ScoreBackends,
+    ScoreConfig,
+    ScoreConfigError,
+    ScoreOutcome,
+    ScorerDefaults,
+    TestRecords,
+)
 from sae_workbench.evaluation.prompts.cosy import COSY_PROMPT_VERSION, N_TEXTS, cosy_messages
-from sae_workbench.evaluation.scoring import auroc, mad, mann_whitney_p, mean_std, t_confidence_interval
+from sae_workbench.evaluation.scoring import auroc, mad, mann_whitney_p
 from sae_workbench.evaluation.simulation import UnscorableExplanationError, scorable_explanation
 from sae_workbench.explainers.lexical import match_rule_text
 from sae_workbench.explainers.prism import cluster_descriptions
@@ -248,97 +255,52 @@ class ModelFeatureMeans:
         return lambda texts: self(texts)[:, feature] if len(texts) else np.zeros(0)
 
 
-@dataclass(frozen=True)
-class PrismAggregate:
-    """PRISM aggregation of CoSy scores over features (each feature has ≥ 1 description)."""
-
-    auc_mean: float
-    """Mean over features of the per-feature aggregated AUC."""
-    auc_ci_low: float
-    """Lower bound of its 95% t confidence interval."""
-    auc_ci_high: float
-    """Upper bound."""
-    mad_mean: float
-    """Mean over features of the per-feature aggregated MAD."""
-    mad_std: float
-    """Standard deviation (ddof 1) of the per-feature aggregated MAD."""
-    n_features: int
-    """Features with at least one finite score."""
-
-    def to_dict(self) -> dict[str, float | int]:
-        """Plain dict."""
-        return {k: getattr(self, k) for k in self.__dataclass_fields__}
-
-
-def prism_aggregate(per_feature: Sequence[Sequence[CosyScore]], how: str = "max") -> PrismAggregate:
-    """PRISM (max) or PRISM (mean): per feature the max / mean AUC and MAD over its descriptions, then over features."""
-    if how not in ("max", "mean"):
-        raise ValueError(f"how must be 'max' or 'mean', got {how!r}")
-    reduce = np.nanmax if how == "max" else np.nanmean
-    aucs, mads = [], []
-    for scores in per_feature:
-        a = np.array([s.auc for s in scores], dtype=np.float64)
-        m = np.array([s.mad for s in scores], dtype=np.float64)
-        if a.size and np.isfinite(a).any():
-            aucs.append(float(reduce(a)))
-        if m.size and np.isfinite(m).any():
-            mads.append(float(reduce(m)))
-    ci = t_confidence_interval(aucs)
-    mad_mean, mad_sd = mean_std(mads)
-    return PrismAggregate(ci.mean, ci.low, ci.high, mad_mean, mad_sd, ci.n)
-
-
-class CosyScorer:
+class CosyScorer(ScorerDefaults):
     """CoSy AUC/MAD of each description against control texts (PRISM explanations: one per cluster; the feature's
     score is the best description's, as PRISM's "max", with the mean over descriptions beside it)."""
 
     name: ClassVar[str] = "cosy"
     version: ClassVar[str] = COSY_SCORER_VERSION
     headline: ClassVar[str] = "auc"
-    default_explainers: ClassVar[tuple[str, ...]] = ()
     uses_test_set: ClassVar[bool] = False
     uses_negatives: ClassVar[bool] = False
 
     def __init__(
         self,
-        generator: LLMGenerator | CorpusRuleGenerator,
-        activation_fn_for: Callable[[int], ActivationFn],
+        generator: LLMGenerator | CorpusRuleGenerator | None,
+        activation_fn_for: Callable[[int], ActivationFn] | None,
         control_texts: Sequence[str],
-        prompt_version: str = "",
     ) -> None:
-        """Generate with `generator`; measure with the model + SAE behind `activation_fn_for`."""
+        """Generate with `generator`; measure with the model + SAE behind `activation_fn_for` (all three are needed
+        to score a live feature; dead ones are recorded without them)."""
         self.generator = generator
         self.activation_fn_for = activation_fn_for
         self.control_texts = list(control_texts)
-        self._prompt_version = prompt_version
 
     @classmethod
     def from_backends(cls, config: ScoreConfig, backends: ScoreBackends) -> CosyScorer:
-        """Needs a generator, an activation function and control texts (`workbench score` builds them)."""
-        if backends.activation_fn_for is None or not backends.control_texts or backends.generator is None:
-            raise ScoreConfigError(
-                "cosy needs a generator, an activation function (model + SAE) and control texts; "
-                "`workbench score --scorer cosy` builds them from --sae-path"
-            )
-        return cls(backends.generator, backends.activation_fn_for, backends.control_texts, backends.prompt_version)
+        """The generator, activation function and control texts (`workbench score --scorer cosy` builds them)."""
+        return cls(backends.generator, backends.activation_fn_for, backends.control_texts)
 
     def backend(self) -> str:
-        """The generator's name."""
-        return str(self.generator.name)
+        """The generator's name (the offline corpus-rule composer when none is given)."""
+        return str(self.generator.name) if self.generator is not None else CorpusRuleGenerator.name
 
     def prompt_version(self) -> str:
-        """The generator's prompt version ('' offline)."""
-        return self._prompt_version
+        """The generator's prompt version ('' for the offline corpus-rule composer)."""
+        return str(getattr(self.generator, "prompt_version", ""))
 
     def key_params(self) -> dict[str, Any]:
         """The control set's size."""
         return {"n_control": len(self.control_texts)}
 
-    async def prepare(self, explanations: Sequence[ExplanationRecord]) -> None:
-        """Nothing to prepare."""
-
     async def score(self, explanation: ExplanationRecord, tests: TestRecords | None) -> ScoreOutcome:
         """CoSy metrics of each description (a generator that finds nothing is a recorded failure)."""
+        if self.activation_fn_for is None or not self.control_texts or self.generator is None:
+            raise ScoreConfigError(
+                "cosy needs a generator, an activation function (model + SAE) and control texts; "
+                "`workbench score --scorer cosy` builds them from --sae-path"
+            )
         text = scorable_explanation(explanation.text, explanation.rules).text
         fn = self.activation_fn_for(explanation.feature)
         control = fn(self.control_texts)

@@ -21,10 +21,17 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, ClassVar, Literal, Protocol, Self
 
 import numpy as np
 
+from sae_workbench.evaluation.base import (
+    ScoreBackends,
+    ScoreConfig,
+    ScoreOutcome,
+    ScorerDefaults,
+    TestRecords,
+)
 from sae_workbench.evaluation.prompts.detection import (
     DETECTION_PROMPT_VERSION,
     FUZZING_PROMPT_VERSION,
@@ -36,12 +43,16 @@ from sae_workbench.evaluation.scoring import ClassificationMetrics, classificati
 from sae_workbench.evaluation.simulation import (
     FALSE_POSITIVE_LEVEL,
     ScorableExplanation,
+    scorable_explanation,
     simulate_explanation,
 )
 from sae_workbench.examples.records import Record
+from sae_workbench.explainers.lexical import LexicalSimulator
 from sae_workbench.explainers.simulate import Simulator
 from sae_workbench.llm.client import LLMClient, LLMRequest
 from sae_workbench.llm.jsonparse import as_int_list, parse_json_strict
+from sae_workbench.status import Status
+from sae_workbench.store import ExplanationRecord
 
 DETECTION_SCORER_VERSION = "detection-v1"
 # v2: adds mis-highlighted positives (delphi) and judges highlights correct only when every one is predicted active.
@@ -123,6 +134,10 @@ class Classifier(Protocol):
     name: str
     """Recorded as provenance: 'lexical-rule-match' or 'llm:<model>'."""
 
+    def prompt_version(self, task: Task) -> str:
+        """Version of the prompt it sends for `task` ('' without one)."""
+        ...
+
     async def classify(
         self, task: Task, explanation: ScorableExplanation, items: Sequence[ClassificationItem]
     ) -> np.ndarray:
@@ -144,6 +159,10 @@ class LexicalRuleClassifier:
         """Match with `simulator` (the lexical simulator offline)."""
         self.simulator = simulator
         self.name = f"{simulator.name}-rule-match"
+
+    def prompt_version(self, task: Task) -> str:
+        """The simulator's prompt version (lexical matching has none)."""
+        return str(getattr(self.simulator, "prompt_version", ""))
 
     async def classify(
         self, task: Task, explanation: ScorableExplanation, items: Sequence[ClassificationItem]
@@ -180,8 +199,7 @@ class LLMClassifier:
         self.tag = tag
         self.name = f"llm:{client.config.model}"
 
-    @staticmethod
-    def prompt_version(task: Task) -> str:
+    def prompt_version(self, task: Task) -> str:
         """Prompt version of a task."""
         return DETECTION_PROMPT_VERSION if task == "detection" else FUZZING_PROMPT_VERSION
 
@@ -228,3 +246,54 @@ async def score_classification(
     """Build the task's items, classify them, and compute accuracy / F1 / balanced accuracy."""
     items = classification_items(task, positives, negatives, seed)
     return await score_items(classifier, task, explanation, items)
+
+
+class DetectionScorer(ScorerDefaults):
+    """Balanced accuracy of telling test positives from test negatives by the explanation (delphi's detection)."""
+
+    name: ClassVar[str] = "detection"
+    version: ClassVar[str] = DETECTION_SCORER_VERSION
+    headline: ClassVar[str] = "balanced_accuracy"
+    uses_test_set: ClassVar[bool] = True
+    uses_negatives: ClassVar[bool] = True
+    task: ClassVar[Task] = "detection"
+
+    def __init__(self, classifier: Classifier, seed: int = 0) -> None:
+        """Classify with `classifier`; `seed` draws fuzzing's highlights."""
+        self.classifier = classifier
+        self.seed = seed
+
+    @classmethod
+    def from_backends(cls, config: ScoreConfig, backends: ScoreBackends) -> Self:
+        """The backends' classifier, or lexical rule matching through their simulator."""
+        clf = backends.classifier or LexicalRuleClassifier(backends.simulator or LexicalSimulator())
+        return cls(clf, config.seed)
+
+    def backend(self) -> str:
+        """The classifier's name."""
+        return self.classifier.name
+
+    def prompt_version(self) -> str:
+        """The classifier's prompt version for this task ('' for lexical rule matching)."""
+        return self.classifier.prompt_version(self.task)
+
+    async def score(self, explanation: ExplanationRecord, tests: TestRecords | None) -> ScoreOutcome:
+        """Classify the task's items and compute the metrics."""
+        assert tests is not None
+        scorable = scorable_explanation(explanation.text, explanation.rules)
+        items = classification_items(self.task, tests.positives, tests.negatives, seed=self.seed)
+        metrics: dict[str, Any] = dict(
+            (await score_items(self.classifier, self.task, scorable, items)).to_dict()
+        )
+        if self.task == "fuzzing":
+            # delphi's mis-highlighted positives (label 0) next to the correctly highlighted ones and the negatives.
+            metrics["n_mis_highlighted"] = sum(it.kind == "mis_highlighted" for it in items)
+        return ScoreOutcome(Status.OK, metrics, self.headline)
+
+
+class FuzzingScorer(DetectionScorer):
+    """Balanced accuracy of judging highlighted tokens (delphi's fuzzing; see the module docstring)."""
+
+    name: ClassVar[str] = "fuzzing"
+    version: ClassVar[str] = FUZZING_SCORER_VERSION
+    task: ClassVar[Task] = "fuzzing"

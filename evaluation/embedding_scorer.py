@@ -7,17 +7,26 @@ window ranks above every non-activating one). Offline default embedder: all-Mini
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import ClassVar
 
 import numpy as np
 
+from sae_workbench.evaluation.base import (
+    Embedder,
+    ScoreBackends,
+    ScoreConfig,
+    ScoreOutcome,
+    ScorerDefaults,
+    TestRecords,
+)
 from sae_workbench.evaluation.scoring import auroc
+from sae_workbench.evaluation.simulation import scorable_explanation
+from sae_workbench.status import Status
+from sae_workbench.store import ExplanationRecord
 
 EMBEDDING_SCORER_VERSION = "embedding-v1"
-
-# Maps texts to (N, D) embeddings (normalised or not: similarities are cosines either way).
-Embedder = Callable[[Sequence[str]], np.ndarray]
 
 
 @dataclass(frozen=True)
@@ -78,3 +87,36 @@ def default_embedder() -> Embedder:
     from sae_workbench.embeddings import embed_texts
 
     return embed_texts
+
+
+class EmbeddingScorer(ScorerDefaults):
+    """AUROC of the test windows' embedding similarity to the explanation, positives vs negatives."""
+
+    name: ClassVar[str] = "embedding"
+    version: ClassVar[str] = EMBEDDING_SCORER_VERSION
+    headline: ClassVar[str] = "auroc"
+    uses_test_set: ClassVar[bool] = True
+    uses_negatives: ClassVar[bool] = True
+
+    def __init__(self, embed: Embedder, embedder_name: str) -> None:
+        """Embed with `embed` (recorded as `embedder_name`)."""
+        self.embed = embed
+        self.embedder_name = embedder_name
+
+    @classmethod
+    def from_backends(cls, config: ScoreConfig, backends: ScoreBackends) -> EmbeddingScorer:
+        """The backends' (memoised) embedder."""
+        return cls(backends.embed(), backends.embedder_name())
+
+    def backend(self) -> str:
+        """The embedding model."""
+        return self.embedder_name
+
+    async def score(self, explanation: ExplanationRecord, tests: TestRecords | None) -> ScoreOutcome:
+        """Embed the explanation and the test windows' texts, then score."""
+        assert tests is not None
+        scorable = scorable_explanation(explanation.text, explanation.rules)
+        pos = ["".join(r.tokens) for r in tests.positives]
+        neg = ["".join(r.tokens) for r in tests.negatives]
+        result = embedding_auroc(self.embed, scorable.text, pos, neg)
+        return ScoreOutcome(Status.OK, dict(result.to_dict()), self.headline)

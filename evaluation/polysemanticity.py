@@ -9,39 +9,42 @@
 - Complexity (tree paper): an LLM rates each rule 0..5 — `evaluation.complexity` (`workbench score --scorer
   complexity`); `rate_complexity` is re-exported here.
 
-`run_prism_polysemanticity` (`workbench score --scorer polysemanticity`) scores every stored PRISM explanation: its
+`PolysemanticityScorer` (`workbench score --scorer polysemanticity`) scores every stored PRISM explanation: its
 descriptions are `extra["clusters"][i]["description"]`; the random baseline draws from the descriptions of the
-other features' explanations of the same explainer. Both numbers are stored per feature; dead features and
+other features' explanations in the same run. Both numbers are stored per feature; dead features and
 explanations with fewer than two descriptions are recorded with a status.
 """
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
-import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
-from tqdm.auto import tqdm
 
+from sae_workbench.evaluation.base import (
+    ScoreBackends,
+    ScoreConfig,
+    ScoreOutcome,
+    ScorerDefaults,
+    TestRecords,
+)
 from sae_workbench.evaluation.complexity import COMPLEXITY_PROMPT_VERSION, rate_complexity
-from sae_workbench.evaluation.results import ScoreJobResult
 from sae_workbench.evaluation.scoring import MeanCI, t_confidence_interval
 from sae_workbench.explainers.prism import cluster_descriptions
-from sae_workbench.store import ScoreRecord, Store
+from sae_workbench.status import Status
+from sae_workbench.store import ExplanationRecord
 
 __all__ = [
     "COMPLEXITY_PROMPT_VERSION",
     "POLYSEMANTICITY_THRESHOLD",
+    "PolysemanticityScorer",
     "PrismPolysemanticity",
     "mean_pairwise_cosine",
     "prism_polysemanticity",
     "rate_complexity",
-    "run_prism_polysemanticity",
     "tree_polysemanticity",
     "tree_polysemanticity_summary",
 ]
@@ -117,92 +120,66 @@ def tree_polysemanticity_summary(values: Sequence[int | None]) -> MeanCI:
     return t_confidence_interval([float(v) for v in values if v is not None])
 
 
-def _prism_key(explanation_id: int, seed: int, n_draws: int, embedding_model: str) -> str:
-    """Score key of one explanation's PRISM polysemanticity (resumable runs skip it)."""
-    payload = {"explanation_id": explanation_id, "version": POLYSEMANTICITY_SCORER_VERSION, "seed": seed,
-               "n_draws": n_draws, "embedding_model": embedding_model}  # fmt: skip
-    return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
+class PolysemanticityScorer(ScorerDefaults):
+    """PRISM polysemanticity of each PRISM explanation: its descriptions' mean pairwise cosine, next to the same for
+    as many random descriptions of other features (the pool: every description of the run's explanations)."""
 
+    name: ClassVar[str] = "polysemanticity"
+    version: ClassVar[str] = POLYSEMANTICITY_SCORER_VERSION
+    headline: ClassVar[str] = "similarity"
+    default_explainers: ClassVar[tuple[str, ...]] = ("prism",)
+    uses_test_set: ClassVar[bool] = False
+    uses_negatives: ClassVar[bool] = False
 
-def run_prism_polysemanticity(
-    store: Store,
-    sae_id: str,
-    embed: Callable[[list[str]], np.ndarray],
-    *,
-    embedding_model: str,
-    explainer: str | None = "prism",
-    features: Sequence[int] | None = None,
-    seed: int = 0,
-    n_draws: int = 10,
-    progress: bool = True,
-) -> ScoreJobResult:
-    """Store PRISM polysemanticity (descriptions' mean pairwise cosine and its random baseline) per explanation.
+    def __init__(self, embed: Callable[[list[str]], np.ndarray], embedding_model: str, seed: int = 0,
+                 n_draws: int = 10) -> None:  # fmt: skip
+        """Embed descriptions with `embed` (recorded as `embedding_model`); `seed` draws the random baseline."""
+        self.embed = embed
+        self.embedding_model = embedding_model
+        self.seed = seed
+        self.n_draws = n_draws
+        self._vectors = np.zeros((0, 0))
+        self._row_of: dict[str, int] = {}
+        self._pool_rows = np.zeros(0, np.int64)
+        self._pool_feature = np.zeros(0, np.int64)
 
-    Only explanations that carry clusters (PRISM) are scored; `explainer=None` means "prism". The baseline pool is
-    every description of the other features' explanations by the same explainer.
-    """
-    t0 = time.perf_counter()
-    rows = [e for e in store.explanations(sae_id=sae_id, explainer=explainer or "prism") if e.id is not None]
-    wanted = None if features is None else {int(f) for f in features}
-    done = {
-        str(s.provenance.get("score_key"))
-        for s in store.scores(sae_id=sae_id, scorer="polysemanticity")
-        if s.provenance.get("score_key")
-    }
-    todo = [e for e in rows if wanted is None or e.feature in wanted]
-    pending = [e for e in todo if _prism_key(int(e.id or 0), seed, n_draws, embedding_model) not in done]
-    descriptions = {int(e.id or 0): cluster_descriptions(e.extra) for e in rows}
-    unique = sorted({d for ds in descriptions.values() for d in ds}) if pending else []
-    vectors = np.asarray(embed(unique), dtype=np.float64) if unique else np.zeros((0, 0))
-    row_of = {d: i for i, d in enumerate(unique)}
-    # Baseline pool as arrays: the embedding row and the feature of every stored description.
-    pool_rows = np.array(
-        [row_of[d] for e in rows for d in descriptions[int(e.id or 0)]] if unique else [], int
-    )
-    pool_feature = np.array(
-        [e.feature for e in rows for _ in descriptions[int(e.id or 0)]] if unique else [], int
-    )
-    scored = failed = dead = 0
-    for e in tqdm(pending, desc="score polysemanticity", disable=not progress):
-        started = time.perf_counter()
-        eid = int(e.id or 0)
-        descs = descriptions[eid]
-        pool = pool_rows[pool_feature != e.feature]
-        if e.extra.get("status") == "dead":
-            metrics: dict[str, Any] = {"status": "dead", "reason": str(e.extra.get("reason", "dead feature"))}
-            dead += 1
-        elif len(descs) < 2:
-            metrics = {"status": "too_few_descriptions", "n_descriptions": len(descs)}
-            failed += 1
-        else:
-            result = prism_polysemanticity(vectors[[row_of[d] for d in descs]], vectors[pool], seed, n_draws)
-            baseline = None if math.isnan(result.random_baseline) else result.random_baseline
-            metrics = {
-                "status": "ok",
-                "similarity": result.similarity,
-                "random_baseline": baseline,
-                "n_descriptions": result.n_descriptions,
-            }
-            scored += 1
-        store.add_score(
-            ScoreRecord(
-                explanation_id=eid,
-                scorer="polysemanticity",
-                scorer_version=POLYSEMANTICITY_SCORER_VERSION,
-                negative_source="",
-                metrics=metrics,
-                provenance={
-                    "score_key": _prism_key(eid, seed, n_draws, embedding_model),
-                    "method": "prism",
-                    "backend": embedding_model,
-                    "embedding_model": embedding_model,
-                    "seed": seed,
-                    "n_draws": n_draws,
-                    "baseline_pool_descriptions": len(pool),
-                    "baseline_pool_features": len(np.unique(pool_feature[pool_feature != e.feature])),
-                    "seconds": time.perf_counter() - started,
-                },
-            )
-        )
-    skipped = len(todo) - len(pending)
-    return ScoreJobResult(scored, skipped, failed, time.perf_counter() - t0, dead)
+    @classmethod
+    def from_backends(cls, config: ScoreConfig, backends: ScoreBackends) -> PolysemanticityScorer:
+        """The backends' embedder (all-MiniLM-L6-v2 by default)."""
+        embed = backends.embed()
+        return cls(lambda texts: np.asarray(embed(texts)), backends.embedder_name(), config.seed)
+
+    def backend(self) -> str:
+        """The embedding model."""
+        return self.embedding_model
+
+    def key_params(self) -> dict[str, Any]:
+        """The baseline's draws."""
+        return {"seed": self.seed, "n_draws": self.n_draws}
+
+    async def prepare(self, explanations: Sequence[ExplanationRecord]) -> None:
+        """Embed every description of the run's explanations once (the baseline pool)."""
+        rows = [(e.feature, cluster_descriptions(e.extra)) for e in explanations]
+        unique = sorted({d for _, ds in rows for d in ds})
+        self._vectors = np.asarray(self.embed(unique), dtype=np.float64) if unique else np.zeros((0, 0))
+        self._row_of = {d: i for i, d in enumerate(unique)}
+        self._pool_rows = np.array([self._row_of[d] for _, ds in rows for d in ds], np.int64)
+        self._pool_feature = np.array([f for f, ds in rows for _ in ds], np.int64)
+
+    async def score(self, explanation: ExplanationRecord, tests: TestRecords | None) -> ScoreOutcome:
+        """Similarity of the explanation's descriptions vs the random baseline."""
+        descs = cluster_descriptions(explanation.extra)
+        if len(descs) < 2:
+            return ScoreOutcome.failed(Status.TOO_FEW_DESCRIPTIONS, n_descriptions=len(descs))
+        others = self._pool_feature != explanation.feature
+        pool = self._pool_rows[others]
+        own = self._vectors[[self._row_of[d] for d in descs]]
+        result = prism_polysemanticity(own, self._vectors[pool], self.seed, self.n_draws)
+        metrics = {
+            "similarity": result.similarity,
+            "random_baseline": None if math.isnan(result.random_baseline) else result.random_baseline,
+            "n_descriptions": result.n_descriptions,
+            "baseline_pool_descriptions": len(pool),
+            "baseline_pool_features": len(np.unique(self._pool_feature[others])),
+        }
+        return ScoreOutcome(Status.OK, metrics, self.headline)

@@ -32,17 +32,15 @@ from sae_workbench.evaluation.cosy_summary import (
     summarise_cosy,
     summarise_polysemanticity,
 )
+from sae_workbench.evaluation.registry import SCORERS
 from sae_workbench.evaluation.scoring import t_confidence_interval
+from sae_workbench.status import Status
 from sae_workbench.store import Store
 
-# Headline metric of each scorer and its direction (every number says which way is better).
-HEADLINE = {
-    "simulation": "pearson",
-    "detection": "balanced_accuracy",
-    "fuzzing": "balanced_accuracy",
-    "embedding": "auroc",
-    "cosy": "auc",
-}
+# Scorers whose headline metric the main table shows (higher is better for all of them); polysemanticity and
+# complexity have tables of their own. The metric is the scorer's own (`evaluation.registry`).
+TABLE_SCORERS = ("simulation", "detection", "fuzzing", "embedding", "cosy")
+HEADLINE = {name: SCORERS[name].headline for name in TABLE_SCORERS}
 
 
 @dataclass(frozen=True)
@@ -158,10 +156,10 @@ def _values(store: Store, sae_id: str, features: set[int] | None):
         if e is None or (features is not None and e.feature not in features) or s.scorer not in HEADLINE:
             continue
         cell = out[(e.explainer, s.scorer, s.negative_source)]
-        if s.metrics.get("status") == "dead":
+        if s.status is Status.DEAD:
             cell["dead"] += 1
             continue
-        if s.metrics.get("status", "ok") != "ok":
+        if s.status is not Status.OK:
             cell["failed"] += 1
             continue
         v = s.metrics.get(HEADLINE[s.scorer])
@@ -229,7 +227,7 @@ def polysemanticity_rows(
         e = explanations.get(s.explanation_id)
         if e is None or (wanted is not None and e.feature not in wanted):
             continue
-        if s.metrics.get("status") != "ok":
+        if s.status is not Status.OK:
             cells[e.explainer]["skipped"] += 1
             continue
         base = s.metrics.get("random_baseline")
@@ -264,11 +262,7 @@ def cosy_rows(store: Store, sae_id: str, features: list[int] | None = None) -> l
     latest: dict[str, dict[int, list[DescriptionScore]]] = defaultdict(dict)
     for s in store.scores(sae_id=sae_id, scorer="cosy"):
         e = explanations.get(s.explanation_id)
-        if (
-            e is None
-            or (wanted is not None and e.feature not in wanted)
-            or s.metrics.get("status", "ok") != "ok"
-        ):
+        if e is None or (wanted is not None and e.feature not in wanted) or s.status is not Status.OK:
             continue
         described = s.metrics.get("descriptions") or [s.metrics]
         latest[e.explainer][e.feature] = [
@@ -291,10 +285,9 @@ def complexity_rows(store: Store, sae_id: str, features: list[int] | None = None
         if e is None or (wanted is not None and e.feature not in wanted):
             continue
         cell = cells[(e.explainer, str(s.provenance.get("backend", "")))]
-        status = s.metrics.get("status")
-        if status == "dead":
+        if s.status is Status.DEAD:
             cell["dead"] += 1
-        elif status != "ok":
+        elif s.status is not Status.OK:
             cell["failed"] += 1
         else:
             m = s.metrics

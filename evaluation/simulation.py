@@ -16,17 +16,27 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
 from sae_workbench.errors import WorkbenchError
+from sae_workbench.evaluation.base import (
+    ScoreBackends,
+    ScoreConfig,
+    ScoreOutcome,
+    ScorerDefaults,
+    TestRecords,
+)
 from sae_workbench.evaluation.scoring import per_record_pearson
 from sae_workbench.examples.records import Record
 from sae_workbench.examples.rules import Rule
 
 # The LLM simulator is the explainers' one (explainers/prompts/simulate.py), so tree search and scoring agree.
+from sae_workbench.explainers.lexical import LexicalSimulator
 from sae_workbench.explainers.simulate import LLMSimulator, Simulator, pooled_correlation, simulate_rules
+from sae_workbench.status import Status
+from sae_workbench.store import ExplanationRecord
 
 SIMULATION_SCORER_VERSION = "simulation-v1"
 
@@ -35,6 +45,7 @@ __all__ = [
     "LLMSimulator",
     "ScorableExplanation",
     "SimulationScore",
+    "SimulationScorer",
     "UnscorableExplanationError",
     "scorable_explanation",
     "score_simulation",
@@ -145,3 +156,37 @@ async def score_simulation(
 def nan_to_none(metrics: dict[str, Any]) -> dict[str, Any]:
     """Replace NaN floats by None so metrics are valid JSON."""
     return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in metrics.items()}
+
+
+class SimulationScorer(ScorerDefaults):
+    """Pooled Pearson correlation of simulated and true activations on the test records (tree paper)."""
+
+    name: ClassVar[str] = "simulation"
+    version: ClassVar[str] = SIMULATION_SCORER_VERSION
+    headline: ClassVar[str] = "pearson"
+    uses_test_set: ClassVar[bool] = True
+    uses_negatives: ClassVar[bool] = True
+
+    def __init__(self, simulator: Simulator) -> None:
+        """Score with `simulator` (an LLM's, or the lexical one offline)."""
+        self.simulator = simulator
+
+    @classmethod
+    def from_backends(cls, config: ScoreConfig, backends: ScoreBackends) -> SimulationScorer:
+        """The backends' simulator (the lexical one when none is given)."""
+        return cls(backends.simulator or LexicalSimulator())
+
+    def backend(self) -> str:
+        """The simulator's name."""
+        return self.simulator.name
+
+    def prompt_version(self) -> str:
+        """The simulator's prompt version ('' offline)."""
+        return str(getattr(self.simulator, "prompt_version", ""))
+
+    async def score(self, explanation: ExplanationRecord, tests: TestRecords | None) -> ScoreOutcome:
+        """Simulate on the test positives and negatives and correlate."""
+        assert tests is not None
+        scorable = scorable_explanation(explanation.text, explanation.rules)
+        result = await score_simulation(self.simulator, scorable, tests.positives, tests.negatives)
+        return ScoreOutcome(Status.OK, result.to_dict(), self.headline)

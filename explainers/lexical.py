@@ -22,7 +22,8 @@ import json
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -37,6 +38,9 @@ from sae_workbench.examples.records import (
     norm,
 )
 from sae_workbench.examples.rules import DEFAULT_RULE_CAP, Rule, rules_to_text
+from sae_workbench.examples.testsets import SplitConfig, prepare_split
+from sae_workbench.explainers.base import ExplainConfig, ExplainContext, Explanation, FeatureReader
+from sae_workbench.store import Store
 
 LEXICAL_VERSION = "lexical-v1"
 _QUOTED_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
@@ -428,10 +432,96 @@ def simulate_rules_sync(rules: Sequence[Rule], records: Sequence[Record]) -> lis
     return out
 
 
+@dataclass(frozen=True)
+class LexicalInputs:
+    """What the lexical explainer reads for one feature."""
+
+    positive_ids: list[int]
+    """The split's train positives, then a per-quantile sample of the other activating windows."""
+    background_ids: list[int]
+    """The split's train negatives, then random non-activating windows."""
+    records: list[Record]
+    """Records of both, whole windows."""
+
+
+@dataclass(frozen=True)
+class LexicalExplainer:
+    """Offline explainer: rules from the activation statistics of a feature's train windows (not an LLM).
+
+    Its inputs are the split's train third (as every explainer's, `examples.testsets`) widened by a per-quantile
+    sample of the feature's other activating windows (so weaker triggers are counted too) and random non-activating
+    background; neither ever includes a window of the split's valid, test or spare part.
+    """
+
+    name: ClassVar[str] = "lexical"
+    requires_llm: ClassVar[bool] = False
+    split: SplitConfig = field(default_factory=SplitConfig)
+    """The shared split."""
+    config: LexicalConfig = field(default_factory=LexicalConfig)
+    """Rule selection."""
+    n_quantiles: int = 10
+    """Activation quantile bins of the widening sample (delphi-style)."""
+    per_quantile: int = 3
+    """Windows drawn per bin."""
+    n_background: int = 50
+    """Random non-activating windows contrasted with the positives."""
+
+    @classmethod
+    def from_config(cls, config: ExplainConfig) -> LexicalExplainer:
+        """Build from the run's options."""
+        return cls(config.split(), LexicalConfig(rule_cap=config.rule_cap))
+
+    def version(self, llm: bool) -> str:
+        """Code version (the same with or without an LLM: it never calls one)."""
+        return LEXICAL_VERSION
+
+    def prompt_version(self, llm: bool) -> str:
+        """No prompt."""
+        return ""
+
+    def sampling(self) -> dict[str, Any]:
+        """Provenance of what it reads."""
+        return {"examples": "SPLIT_TRAIN+QUANTILE", "n_quantiles": self.n_quantiles,
+                "per_quantile": self.per_quantile, "background": "SPLIT_TRAIN+RANDOM_NEGATIVE",
+                "n_background": self.n_background, "split": self.split.params()}  # fmt: skip
+
+    def prepare(self, store: Store, sae_id: str) -> None:
+        """Embed the corpus once when the split's negatives are SIMILAR ones."""
+        prepare_split(store, sae_id, self.split)
+
+    def load(self, reader: FeatureReader) -> LexicalInputs:
+        """The split's train windows plus the quantile sample and background, never a held-out window."""
+        split = reader.split(self.split)
+        held = set(split.valid.ids + split.test.ids + split.spare.ids)
+        quant = reader.store.quantile_examples(
+            reader.sae_id, reader.feature, self.n_quantiles, self.per_quantile, seed=self.split.seed
+        )
+        pos = list(
+            dict.fromkeys([*split.train.positives, *(e.window_id for e in quant if e.window_id not in held)])
+        )
+        # seed + 1: its own stream, so the background is not the RANDOM_NEGATIVE split's draw (the same windows in
+        # the same order would leave a RANDOM_NEGATIVE scorer few unseen test negatives)
+        drawn = reader.store.random_negatives(
+            reader.sae_id, reader.feature, self.n_background + len(held), seed=self.split.seed + 1
+        )
+        extra = [i for i in drawn if i not in held and i not in split.train.negatives][: self.n_background]
+        bg = [*split.train.negatives, *extra]
+        return LexicalInputs(pos, bg, reader.records(pos + bg, None))
+
+    async def explain(self, inputs: LexicalInputs, ctx: ExplainContext) -> Explanation:
+        """Lexical rules from the positives contrasted with the background."""
+        out = lexical_explain(inputs.records, self.config, ctx.peak)
+        return Explanation(
+            out.text, [r.to_dict() for r in out.rules], inputs.positive_ids, inputs.background_ids,
+            {"coverage": out.coverage, "method": "lexical"},
+        )  # fmt: skip
+
+
 __all__ = [
     "LEXICAL_VERSION",
     "Candidate",
     "LexicalConfig",
+    "LexicalExplainer",
     "LexicalExplanation",
     "LexicalSimulator",
     "LexicalStats",

@@ -3,12 +3,21 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from sae_workbench.examples.records import Record
 from sae_workbench.examples.rules import DEFAULT_RULE_CAP, Rule, parse_rules
+from sae_workbench.examples.testsets import SplitConfig, prepare_split
+from sae_workbench.explainers.base import (
+    ExplainConfig,
+    ExplainContext,
+    ExplainJobError,
+    Explanation,
+    FeatureReader,
+)
 from sae_workbench.explainers.prompts import oneshot as prompt
+from sae_workbench.store import Store
 
 if TYPE_CHECKING:
     from sae_workbench.llm.client import LLMClient, LLMRequest
@@ -87,3 +96,64 @@ async def explain_oneshot(
         explain_freetext(client, records, global_max, tag=tag),
     )
     return OneShotExplanation(rules, text)
+
+
+@dataclass(frozen=True)
+class OneShotInputs:
+    """The split's train positives and their records."""
+
+    positive_ids: list[int]
+    """Window ids shown."""
+    records: list[Record]
+    """Their records, cropped around each peak."""
+
+
+@dataclass(frozen=True)
+class OneShotExplainer:
+    """One LLM call for rules and one for a sentence, from the split's train positives (as ref's one-shot, which
+    sees the same 10 train positives as the tree; fidelity audit §0 #1)."""
+
+    name: ClassVar[str] = "oneshot"
+    requires_llm: ClassVar[bool] = True
+    split: SplitConfig = field(default_factory=SplitConfig)
+    """The shared split."""
+    record_len: int | None = 32
+    """Tokens per record (tree paper: 32)."""
+    rule_cap: int = DEFAULT_RULE_CAP
+    """Most rules (tree paper: 5)."""
+
+    @classmethod
+    def from_config(cls, config: ExplainConfig) -> OneShotExplainer:
+        """Build from the run's options."""
+        return cls(config.split(), config.record_len, config.rule_cap)
+
+    def version(self, llm: bool) -> str:
+        """Code version."""
+        if not llm:
+            raise ExplainJobError("the one-shot explainer has no offline variant")
+        return ONESHOT_VERSION
+
+    def prompt_version(self, llm: bool) -> str:
+        """Version of its prompts."""
+        return prompt.PROMPT_VERSION
+
+    def sampling(self) -> dict[str, Any]:
+        """Provenance of what it reads."""
+        return {"examples": "SPLIT_TRAIN", "record_len": self.record_len, "rule_cap": self.rule_cap,
+                "split": self.split.params()}  # fmt: skip
+
+    def prepare(self, store: Store, sae_id: str) -> None:
+        """Embed the corpus once when the split's negatives are SIMILAR ones."""
+        prepare_split(store, sae_id, self.split)
+
+    def load(self, reader: FeatureReader) -> OneShotInputs:
+        """The train positives' records."""
+        pos = list(reader.split(self.split).train.positives)
+        return OneShotInputs(pos, reader.records(pos, self.record_len))
+
+    async def explain(self, inputs: OneShotInputs, ctx: ExplainContext) -> Explanation:
+        """Rules and a sentence from the same records."""
+        if ctx.client is None:
+            raise ExplainJobError("the one-shot explainer needs an LLM client")
+        out = await explain_oneshot(ctx.client, inputs.records, ctx.peak, self.rule_cap, tag=ctx.tag)
+        return Explanation(out.text, [r.to_dict() for r in out.rules], inputs.positive_ids, [])

@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
 
 import numpy as np
 
 from sae_workbench.examples.records import Record
-from sae_workbench.explainers.lexical import LexicalConfig, lexical_explain
+from sae_workbench.explainers.base import ExplainConfig, ExplainContext, Explanation, FeatureReader
+from sae_workbench.explainers.lexical import LEXICAL_VERSION, LexicalConfig, lexical_explain
 
 PRISM_VERSION = "prism-v2"  # v2: clusters carry the texts the describer saw
 
@@ -222,3 +223,79 @@ async def _maybe_await(value: Any) -> Any:
     if asyncio.iscoroutine(value) or isinstance(value, asyncio.Future):
         return await value
     return value
+
+
+@dataclass(frozen=True)
+class PrismInputs:
+    """The records of the texts PRISM describes."""
+
+    records: list[Record]
+    """Selected texts (whole windows), by text score."""
+
+
+@dataclass(frozen=True)
+class PrismExplainer:
+    """PRISM over the whole indexed corpus: select, highlight, embed, cluster, describe (an LLM, or offline the
+    lexical describer). It reads texts by percentile, not the shared split; a scorer that tests a PRISM explanation
+    drops the texts PRISM was shown from its test windows (`examples.testsets.scored_windows`)."""
+
+    name: ClassVar[str] = "prism"
+    requires_llm: ClassVar[bool] = False
+    config: PrismConfig = field(default_factory=PrismConfig)
+    """PRISM settings."""
+    embed: Callable[[list[str]], Any] | None = None
+    """Text embedder (None: the default sentence-transformers model)."""
+
+    @classmethod
+    def from_config(cls, config: ExplainConfig) -> PrismExplainer:
+        """The paper's settings (PRISM reads none of the run's split options)."""
+        return cls()
+
+    def version(self, llm: bool) -> str:
+        """Code version (offline: the lexical describer)."""
+        return PRISM_VERSION if llm else f"{PRISM_VERSION}+{LEXICAL_VERSION}"
+
+    def prompt_version(self, llm: bool) -> str:
+        """Version of the labelling prompt."""
+        from sae_workbench.explainers.prompts import prism
+
+        return prism.PROMPT_VERSION if llm else ""
+
+    def sampling(self) -> dict[str, Any]:
+        """PRISM's settings."""
+        return {"prism": asdict(self.config)}
+
+    def prepare(self, store: Any, sae_id: str) -> None:
+        """Nothing to prepare."""
+
+    def load(self, reader: FeatureReader) -> PrismInputs:
+        """Every activating window is scored from the store; windows that never fire score 0 and count toward the
+        percentile. Only the selected texts are loaded."""
+        active, scores = reader.store.window_text_scores(reader.sae_id, reader.feature)
+        padded = np.concatenate([scores, np.zeros(max(0, reader.n_windows - len(active)))])
+        chosen = [
+            int(i)
+            for i in select_texts(padded, self.config.percentile, self.config.n_texts)
+            if i < len(active)
+        ]
+        return PrismInputs(reader.records([int(active[i]) for i in chosen], None))
+
+    async def explain(self, inputs: PrismInputs, ctx: ExplainContext) -> Explanation:
+        """Embed, cluster and describe each cluster."""
+        from sae_workbench.embeddings import DEFAULT_EMBEDDING_MODEL, embed_texts
+
+        client = ctx.client
+        describe = None if client is None else (lambda texts: llm_describe(client, texts, ctx.tag))
+        inner = self.embed or embed_texts
+
+        def embed(texts: list[str]) -> np.ndarray:
+            """The embedding model's pass, with the store file left to other processes meanwhile."""
+            with ctx.pause():
+                return np.asarray(inner(texts))
+
+        clusters = await prism_describe_selected(inputs.records, embed, self.config, describe)
+        text = "\n".join(f"{i + 1}. {c.description}" for i, c in enumerate(clusters))
+        shown = sorted({w for c in clusters for w in c.window_ids})
+        extra = {"clusters": [c.to_dict() for c in clusters], "embedding_model": DEFAULT_EMBEDDING_MODEL,
+                 "describer": "llm" if client is not None else "lexical"}  # fmt: skip
+        return Explanation(text, None, shown, [], extra)

@@ -268,9 +268,12 @@ class LLMSimulator:
 
     def __init__(self, client: LLMClient, tag: str = "") -> None:
         """Use `client`; usage is accounted under `tag` (e.g. "feature:7")."""
+        from sae_workbench.explainers.prompts.simulate import PROMPT_VERSION
+
         self.client = client
         self.tag = tag
         self.name = f"llm:{client.config.model}"
+        self.prompt_version = PROMPT_VERSION
 
     async def simulate(self, explanation: str, records: Sequence[Record]) -> list[np.ndarray]:
         """One (T,) prediction array per record, from one LLM call for all records."""

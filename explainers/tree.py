@@ -18,21 +18,32 @@ import json
 import logging
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
 from sae_workbench.examples.records import Record
-from sae_workbench.examples.rules import DEFAULT_RULE_CAP, Rule
+from sae_workbench.examples.rules import DEFAULT_RULE_CAP, Rule, rules_to_text
+from sae_workbench.examples.testsets import FeatureSplit, SplitConfig, Third, prepare_split
+from sae_workbench.explainers.base import (
+    ExplainConfig,
+    ExplainContext,
+    Explanation,
+    FeatureReader,
+    split_extra,
+)
 from sae_workbench.explainers.lexical import (
+    LEXICAL_VERSION,
     LexicalConfig,
+    LexicalSimulator,
     LexicalStats,
     match_rule_text,
     norm,
     select_candidates,
 )
 from sae_workbench.explainers.simulate import (
+    LLMSimulator,
     MemoSimulator,
     PooledTruth,
     Simulator,
@@ -40,6 +51,7 @@ from sae_workbench.explainers.simulate import (
     simulate_rules_flat,
     token_feedback,
 )
+from sae_workbench.store import Store
 
 log = logging.getLogger(__name__)
 
@@ -404,16 +416,106 @@ class LLMProposer:
 
 
 def interleave_splits(positives: Sequence[Record], negatives: Sequence[Record]) -> TreeSplits:
-    """Deal records round-robin into train/valid/test (positives sorted by score first, so splits match)."""
-    pos = sorted(positives, key=lambda r: (-r.max_act, r.window_id))
-    parts_p = [tuple(pos[i::3]) for i in range(3)]
+    """Deal records round-robin into train/valid/test in the order given (`examples.testsets.deal`)."""
+    parts_p = [tuple(positives[i::3]) for i in range(3)]
     parts_n = [tuple(negatives[i::3]) for i in range(3)]
     return TreeSplits(*(Split(p, n) for p, n in zip(parts_p, parts_n, strict=True)))
 
 
-def top_chunk_size(n_windows: int, fraction: float = 0.001, minimum: int = 30) -> int:
-    """Size of the top chunk positives are sampled from (paper: top 0.1% of windows, at least 30)."""
-    return max(minimum, math.ceil(fraction * n_windows))
+# ---------------------------------------------------------------------------------------------- the explainer
+
+
+@dataclass(frozen=True)
+class TreeInputs:
+    """The split's train and valid records (the test third is never loaded)."""
+
+    split: FeatureSplit
+    """Which windows are train / valid / test."""
+    splits: TreeSplits
+    """Train and valid records; an empty test split."""
+
+
+@dataclass(frozen=True)
+class TreeExplainer:
+    """Tree search over the split's train and valid thirds: LLM proposer + LLM simulator, or offline the lexical
+    rule editor + lexical simulator."""
+
+    name: ClassVar[str] = "tree"
+    requires_llm: ClassVar[bool] = False
+    split: SplitConfig = field(default_factory=SplitConfig)
+    """The shared split."""
+    record_len: int | None = 32
+    """Tokens per record (tree paper: 32)."""
+    search: TreeConfig = field(default_factory=TreeConfig)
+    """Search settings (rule cap included)."""
+
+    @classmethod
+    def from_config(cls, config: ExplainConfig) -> TreeExplainer:
+        """Build from the run's options."""
+        return cls(config.split(), config.record_len, TreeConfig(rule_cap=config.rule_cap))
+
+    def version(self, llm: bool) -> str:
+        """Code version (the offline variant runs the lexical editor and simulator)."""
+        return TREE_VERSION if llm else f"{TREE_VERSION}+{LEXICAL_VERSION}"
+
+    def prompt_version(self, llm: bool) -> str:
+        """Versions of the root, revision and simulation prompts."""
+        from sae_workbench.explainers.prompts import oneshot, simulate, tree
+
+        return f"{oneshot.PROMPT_VERSION}+{tree.PROMPT_VERSION}+{simulate.PROMPT_VERSION}" if llm else ""
+
+    def sampling(self) -> dict[str, Any]:
+        """Provenance of what it reads."""
+        return {"examples": "SPLIT_TRAIN+VALID", "record_len": self.record_len, "split": self.split.params(),
+                "tree": asdict(self.search)}  # fmt: skip
+
+    def prepare(self, store: Store, sae_id: str) -> None:
+        """Embed the corpus once when the split's negatives are SIMILAR ones."""
+        prepare_split(store, sae_id, self.split)
+
+    def load(self, reader: FeatureReader) -> TreeInputs:
+        """Records of the train and valid thirds."""
+        split = reader.split(self.split)
+        uniq = list(
+            dict.fromkeys(split.train.ids + split.valid.ids)
+        )  # a SIMILAR negative may repeat a positive
+        by_id = {r.window_id: r for r in reader.records(uniq, self.record_len)}
+
+        def part(third: Third) -> Split:
+            return Split(tuple(by_id[i] for i in third.positives), tuple(by_id[i] for i in third.negatives))
+
+        return TreeInputs(split, TreeSplits(part(split.train), part(split.valid), Split((), ())))
+
+    async def explain(self, inputs: TreeInputs, ctx: ExplainContext) -> Explanation:
+        """Run the search; the best-validation node is the explanation."""
+        if ctx.client is None:
+            proposer: Proposer = LexicalEditor(self.search, seed=self.split.seed + ctx.feature)
+            simulator: Simulator = LexicalSimulator()
+        else:
+            proposer, simulator = (
+                LLMProposer(ctx.client, self.search, ctx.tag),
+                LLMSimulator(ctx.client, ctx.tag),
+            )
+        result = await tree_search(proposer, simulator, inputs.splits, self.search, ctx.peak)
+        text = rules_to_text(result.best.rules)
+        if ctx.client is None:
+            text = f"Lexical tree search (activation statistics, not an LLM): fires on {text}."
+        extra = {
+            "tree": result.tree_json(), "best_node": result.best.id, "stopped_early": result.stopped_early,
+            "train_score": _num(result.best.train_score), "valid_score": _num(result.best.valid_score),
+            "proposer": "llm" if ctx.client is not None else "lexical-editor", "simulator": simulator.name,
+            "splits": split_extra(inputs.split),
+        }  # fmt: skip
+        shown = inputs.split.train.positives + inputs.split.valid.positives
+        negatives = inputs.split.train.negatives + inputs.split.valid.negatives
+        return Explanation(
+            text, [r.to_dict() for r in result.best.rules], list(shown), list(negatives), extra
+        )
+
+
+def _num(x: float) -> float | None:
+    """JSON-safe float (NaN → None)."""
+    return None if math.isnan(x) else float(x)
 
 
 __all__ = [
@@ -422,10 +524,10 @@ __all__ = [
     "LexicalEditor",
     "Split",
     "TreeConfig",
+    "TreeExplainer",
     "TreeNode",
     "TreeResult",
     "TreeSplits",
     "interleave_splits",
-    "top_chunk_size",
     "tree_search",
 ]

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from sae_workbench.status import Status
 from sae_workbench.store import Store
 
 WORKBENCH = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "workbench"
@@ -91,7 +92,7 @@ def test_pipeline_end_to_end_and_idempotent(tmp_path: Path) -> None:
         assert "explained" in out and "0 explained, 0 dead, 12 already stored" in again, again
     st = Store.open(store, read_only=True)
     prism = st.explanations(sae_id=sae_id, explainer="prism")
-    live = [e for e in prism if e.extra.get("status") != "dead"]
+    live = [e for e in prism if e.status is not Status.DEAD]
     assert live and all(
         set(c) >= {"description", "texts", "window_ids"} for e in live for c in e.extra["clusters"]
     )

@@ -15,6 +15,7 @@ from sae_workbench.evaluation.cosy import (
     score_description,
 )
 from sae_workbench.evaluation.score_job import ScoreBackends, ScoreConfig, run_scoring
+from sae_workbench.status import Status
 from tests.evaluation.test_scoring_planted import SAE_ID, build_planted_store
 
 HOOK = "hook_embed"  # the token embedding: the planted encoder reads token identity exactly
@@ -108,7 +109,7 @@ def test_cosy_reads_prism_clusters_and_skips_dead_features(store, planted_means:
     )
     store.add_explanation(
         ExplanationRecord(
-            **base, feature=1, text="", config_key="pd", extra={"status": "dead", "reason": "none"}
+            **base, feature=1, text="", config_key="pd", extra={"reason": "none"}, status=Status.DEAD
         )
     )
     backends = ScoreBackends(
@@ -127,4 +128,4 @@ def test_cosy_reads_prism_clusters_and_skips_dead_features(store, planted_means:
     assert [d["description"] for d in m["descriptions"]] == ['"def"', "people"]
     assert m["n_descriptions"] == 2 and m["auc"] == max(d["auc"] for d in m["descriptions"]) > 0.9
     assert m["auc_mean"] < m["auc"]
-    assert scores[1].metrics["status"] == "dead" and "auc" not in scores[1].metrics
+    assert scores[1].status is Status.DEAD and "auc" not in scores[1].metrics

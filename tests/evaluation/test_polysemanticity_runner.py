@@ -12,6 +12,7 @@ from sae_workbench.embeddings import embed_texts
 from sae_workbench.evaluation.polysemanticity import mean_pairwise_cosine
 from sae_workbench.evaluation.report import polysemanticity_rows, render_csv, render_markdown
 from sae_workbench.evaluation.score_job import ScoreConfig, run_scoring
+from sae_workbench.status import Status
 from sae_workbench.store import ExplanationRecord, Store
 
 SAE = "poly"
@@ -31,7 +32,7 @@ DESCRIPTIONS = {
 }
 
 
-def _prism(feature: int, descriptions: list[str], **extra) -> ExplanationRecord:
+def _prism(feature: int, descriptions: list[str], status: Status = Status.OK, **extra) -> ExplanationRecord:
     clusters = [
         {"description": d, "window_ids": [i], "shown_ids": [i], "texts": [d]}
         for i, d in enumerate(descriptions)
@@ -39,7 +40,7 @@ def _prism(feature: int, descriptions: list[str], **extra) -> ExplanationRecord:
     return ExplanationRecord(
         sae_id=SAE, feature=feature, explainer="prism", explainer_version="t", prompt_version="", llm_model="",
         llm_params={}, sampling={}, example_ids=[], negative_ids=[], text="\n".join(descriptions),
-        config_key=f"p{feature}", extra={"clusters": clusters, **extra},
+        config_key=f"p{feature}", extra={"clusters": clusters, **extra}, status=status,
     )  # fmt: skip
 
 
@@ -49,7 +50,7 @@ def store(tmp_path: Path) -> Store:
     st.register_sae(SAE, "tiny", "blocks.0.hook_resid_post", 64, 8, {})
     for f, ds in DESCRIPTIONS.items():
         st.add_explanation(_prism(f, ds))
-    st.add_explanation(_prism(2, [], status="dead", reason="no activations in the indexed corpus"))
+    st.add_explanation(_prism(2, [], status=Status.DEAD, reason="no activations in the indexed corpus"))
     st.add_explanation(  # a non-PRISM explanation is not scored
         ExplanationRecord(
             **{**_prism(0, []).__dict__, "explainer": "lexical", "config_key": "l0", "extra": {}}
@@ -68,12 +69,12 @@ def test_prism_polysemanticity_runner(store: Store) -> None:
         e.feature: store.scores(explanation_id=e.id, scorer="polysemanticity")
         for e in store.explanations(sae_id=SAE, explainer="prism")
     }
-    assert by_feature[0][0].metrics["status"] == "ok" and len(by_feature[0]) == 1
+    assert by_feature[0][0].status is Status.OK and len(by_feature[0]) == 1
     (lexical,) = store.explanations(sae_id=SAE, explainer="lexical")
     assert store.scores(explanation_id=lexical.id, scorer="polysemanticity") == []
     m = {f: v[0].metrics for f, v in by_feature.items() if v}
-    assert m[2]["status"] == "dead" and "similarity" not in m[2]
-    assert m[3] == {"status": "too_few_descriptions", "n_descriptions": 1}
+    assert by_feature[2][0].status is Status.DEAD and "similarity" not in m[2]
+    assert by_feature[3][0].status is Status.TOO_FEW_DESCRIPTIONS and m[3] == {"n_descriptions": 1}
     # Stored similarity is exactly the mean pairwise cosine of the MiniLM embeddings of the descriptions.
     assert m[1]["similarity"] == pytest.approx(mean_pairwise_cosine(embed_texts(DESCRIPTIONS[1])), abs=1e-5)
     # Near-paraphrases are more similar than three unrelated topics, and than random other-feature descriptions.
@@ -81,7 +82,7 @@ def test_prism_polysemanticity_runner(store: Store) -> None:
     assert m[1]["similarity"] < m[0]["random_baseline"]
     prov = by_feature[0][0].provenance
     assert (
-        prov["baseline_pool_descriptions"] == 7 and prov["baseline_pool_features"] == 3 and prov["seed"] == 1
+        m[0]["baseline_pool_descriptions"] == 7 and m[0]["baseline_pool_features"] == 3 and prov["seed"] == 1
     )
 
     (row,) = polysemanticity_rows(store, SAE)

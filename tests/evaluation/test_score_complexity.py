@@ -15,6 +15,7 @@ from typer.testing import CliRunner
 from sae_workbench import cli
 from sae_workbench.evaluation.score_job import ScoreConfig, run_scoring
 from sae_workbench.llm.config import LLMNotConfiguredError
+from sae_workbench.status import Status
 from sae_workbench.store import ExplanationRecord, Store
 from tests.fake_llm import FakeLLM
 
@@ -22,12 +23,14 @@ SAE_ID = "complexity-sae"
 runner = CliRunner()
 
 
-def expl(feature: int, rules: Any, text: str = "", **extra: Any) -> ExplanationRecord:
+def expl(
+    feature: int, rules: Any, text: str = "", status: Status = Status.OK, **extra: Any
+) -> ExplanationRecord:
     """A 'tree' explanation of `feature` with these rules."""
     return ExplanationRecord(
         sae_id=SAE_ID, feature=feature, explainer="tree", explainer_version="test", prompt_version="",
         llm_model="", llm_params={}, sampling={}, example_ids=[], negative_ids=[], text=text,
-        config_key=f"c{feature}", rules=rules, extra=extra,
+        config_key=f"c{feature}", rules=rules, extra=extra, status=status,
     )  # fmt: skip
 
 
@@ -41,7 +44,7 @@ def store_path(tmp_path: Path) -> Path:
                                 {"activates_on": "a function name after \"def\"", "strength": 3}]))  # fmt: skip
     st.add_explanation(expl(1, [{"activates_on": "unratable rule", "strength": 4}]))
     st.add_explanation(expl(2, None, text="Python code"))
-    st.add_explanation(expl(3, None, status="dead", reason="no activations in the indexed corpus"))
+    st.add_explanation(expl(3, None, status=Status.DEAD, reason="no activations in the indexed corpus"))
     return path
 
 
@@ -80,8 +83,7 @@ def test_complexity_scorer_end_to_end(store_path: Path) -> None:
     }
     assert all(len(v) == 1 for v in by_feature.values())
     ok = by_feature[0][0]
-    assert ok.metrics == {
-        "status": "ok",
+    assert ok.status is Status.OK and ok.metrics == {
         "rules": ['"def"', 'a function name after "def"'],
         "ratings": [1, 4],
         "mean": 2.5,
@@ -93,10 +95,10 @@ def test_complexity_scorer_end_to_end(store_path: Path) -> None:
     assert prov["backend"] == "llm:fake" and prov["prompt_version"] == "complexity-v1"
     assert prov["llm_params"]["model"] == "fake" and prov["llm_usage"]["calls"] == 1
     bad = by_feature[1][0].metrics
-    assert bad["status"] == "llm_malformed_output" and bad["n_rules"] == 1 and bad["error"]
+    assert by_feature[1][0].status is Status.LLM_MALFORMED_OUTPUT and bad["n_rules"] == 1 and bad["error"]
     assert by_feature[1][0].provenance["llm_usage"]["calls"] == 3
-    assert by_feature[2][0].metrics == {"status": "no_rules"}
-    assert by_feature[3][0].metrics["status"] == "dead"
+    assert by_feature[2][0].status is Status.NO_RULES and by_feature[2][0].metrics == {}
+    assert by_feature[3][0].status is Status.DEAD
 
     report = runner.invoke(app(), ["report", "--store", str(store_path), "--sae", SAE_ID])
     assert report.exit_code == 0, report.output

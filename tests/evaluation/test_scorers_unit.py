@@ -13,8 +13,8 @@ from sae_workbench.evaluation.cosy import (
     CorpusSnippet,
     LLMGenerator,
     cosy_score,
-    prism_aggregate,
 )
+from sae_workbench.evaluation.cosy_summary import DescriptionScore, summarise_cosy
 from sae_workbench.evaluation.detection import (
     ClassificationItem,
     LexicalRuleClassifier,
@@ -178,7 +178,7 @@ def test_embedding_score_pure() -> None:
     assert s.auroc == pytest.approx(0.875)
 
 
-def test_cosy_score_and_prism_aggregate() -> None:
+def test_cosy_score_and_prism_summaries() -> None:
     s = cosy_score(np.array([3.0, 5.0]), np.array([0.0, 2.0]))
     assert (
         s.auc == 1.0 and s.mad == pytest.approx(3 / math.sqrt(2)) and s.mannwhitney_p == pytest.approx(1 / 6)
@@ -187,11 +187,13 @@ def test_cosy_score_and_prism_aggregate() -> None:
     assert zero.mad == 0.0 and zero.auc == 1.0
     weak = cosy_score(np.array([0.0, 0.0]), np.array([0.0, 0.0]))
     assert weak.auc == 0.5
-    agg_max = prism_aggregate([[s, weak], [weak]], "max")
-    agg_mean = prism_aggregate([[s, weak], [weak]], "mean")
+    rows = [DescriptionScore(0, s.auc, s.mad), DescriptionScore(0, weak.auc, weak.mad),
+            DescriptionScore(1, weak.auc, weak.mad)]  # fmt: skip
+    agg_max, agg_mean = summarise_cosy(rows, "max"), summarise_cosy(rows, "mean")
     assert agg_max.auc_mean == pytest.approx((1.0 + 0.5) / 2)
-    assert agg_mean.auc_mean == pytest.approx((0.75 + 0.5) / 2)
-    assert agg_max.mad_mean == pytest.approx(3 / math.sqrt(2) / 2) and agg_max.n_features == 2
+    # PRISM (mean) averages every description row, as the paper's notebook (fidelity audit §4): (1 + .5 + .5) / 3
+    assert agg_mean.auc_mean == pytest.approx(2 / 3)
+    assert agg_max.mad_mean == pytest.approx(3 / math.sqrt(2) / 2)
 
 
 def test_corpus_rule_generator_composes_matching_texts() -> None:

@@ -18,6 +18,7 @@ import pyarrow as pa
 import pytest
 
 from sae_workbench.evaluation.score_job import ScoreConfig, run_scoring
+from sae_workbench.status import Status
 from sae_workbench.store import ExplanationRecord, Store
 
 SAE_ID = "planted-def"
@@ -152,7 +153,7 @@ def _metric(store: Store, scorer: str, source: str, explainer: str, name: str) -
     """A stored metric of one explainer's explanation of feature 0."""
     (expl,) = store.explanations(sae_id=SAE_ID, feature=DEF_FEATURE, explainer=explainer)
     (score,) = [s for s in store.scores(explanation_id=expl.id, scorer=scorer) if s.negative_source == source]
-    assert score.metrics["status"] == "ok", score.metrics
+    assert score.status is Status.OK, score.metrics
     return float(score.metrics[name])
 
 
@@ -208,7 +209,7 @@ def test_fuzzing_mis_highlighted_positives_separate_correct_from_over_broad(plan
                     for s in planted.scores(explanation_id=expl.id, scorer="fuzzing")
                     if s.negative_source == source and s.provenance["seed"] == seed
                 ]
-                assert score.metrics["status"] == "ok" and score.metrics["n_mis_highlighted"] == 10
+                assert score.status is Status.OK and score.metrics["n_mis_highlighted"] == 10
                 scores[explainer] = score.metrics
             # The broad rule names every token the correct one does: it can only add false positives.
             assert scores["planted-correct"]["tp"] == scores["planted-broad"]["tp"] == 10
@@ -242,26 +243,27 @@ def test_scoring_is_resumable_and_records_failures_and_provenance(small: Store) 
     scores = [
         s for s in small.scores(sae_id=SAE_ID, scorer="simulation") if s.negative_source == "RANDOM_NEGATIVE"
     ]
-    statuses = sorted(s.metrics["status"] for s in scores)
+    statuses = sorted(s.status.value for s in scores)
     assert statuses == ["no_activations", "ok", "ok", "unscorable_explanation"]
-    ok = next(s for s in scores if s.metrics["status"] == "ok")
+    ok = next(s for s in scores if s.status is Status.OK)
     prov = ok.provenance
     assert prov["seed"] == 3 and prov["backend"] == "lexical" and len(prov["negative_ids"]) == 10
     assert len(prov["positive_ids"]) >= 1 and not set(prov["positive_ids"]) & set(prov["negative_ids"])
     # RANDOM_NEGATIVE windows never activate the feature.
     acts = small.window_activations(SAE_ID, DEF_FEATURE, prov["negative_ids"])
     assert float(acts.max()) == 0.0
-    # The negatives are a sample stored by explainers.sampling (seed + 1); its test third is what was scored.
+    # The negatives are the feature's split sample (examples.testsets: 30 dealt 10/10/10 plus 10 spares, drawn with
+    # the split's seed and stored); its test third is what was scored (these explanations were shown no window).
     (sample,) = small.samples(SAE_ID, DEF_FEATURE, "RANDOM_NEGATIVE")
-    assert prov["negative_sample_id"] == sample.id and prov["negative_seed"] == sample.seed == 4
-    assert sample.window_ids[2::3] == prov["negative_ids"] and len(sample.window_ids) == 30
+    assert prov["negative_sample_id"] == sample.id and sample.seed == 3 and prov["test_windows_seen"] == 0
+    assert sample.window_ids[:30][2::3] == prov["negative_ids"] and len(sample.window_ids) == 40
     assert sample.config["n_excluded"] >= len(prov["positive_ids"])
     # Another scorer with the same draw settings reuses the stored sample instead of drawing a new one.
     run_scoring(small, SAE_ID, ScoreConfig("detection", "RANDOM_NEGATIVE", seed=3), progress=False)
     (det,) = [
         s
         for s in small.scores(sae_id=SAE_ID, scorer="detection")
-        if s.metrics["status"] == "ok" and s.explanation_id == ok.explanation_id
+        if s.status is Status.OK and s.explanation_id == ok.explanation_id
     ]
     assert det.provenance["negative_sample_id"] == sample.id
     assert len(small.samples(SAE_ID, DEF_FEATURE, "RANDOM_NEGATIVE")) == 1
@@ -271,7 +273,8 @@ def test_dead_features_are_recorded_not_scored_by_every_scorer(small: Store) -> 
     # The explainers store a dead feature as status "dead" with empty text; feature 1 never fires.
     dead = ExplanationRecord(
         **{**CORRECT.__dict__, "feature": DEAD_FEATURE, "explainer": "dead-row", "text": "", "rules": None,
-           "config_key": "dead-row", "extra": {"status": "dead", "reason": "no activations in the indexed corpus"}}
+           "config_key": "dead-row", "extra": {"reason": "no activations in the indexed corpus"},
+           "status": Status.DEAD}
     )  # fmt: skip
     eid = small.add_explanation(dead)
     samples_before = len(small.samples(SAE_ID, DEAD_FEATURE))
@@ -286,6 +289,7 @@ def test_dead_features_are_recorded_not_scored_by_every_scorer(small: Store) -> 
     scores = small.scores(explanation_id=eid)
     assert len(scores) == 4 * 2 + 1  # cosy ignores the negative source: one score
     assert all(
-        s.metrics == {"status": "dead", "reason": "no activations in the indexed corpus"} for s in scores
+        s.status is Status.DEAD and s.metrics == {"reason": "no activations in the indexed corpus"}
+        for s in scores
     )
     assert len(small.samples(SAE_ID, DEAD_FEATURE)) == samples_before  # no negatives drawn for it

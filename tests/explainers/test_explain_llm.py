@@ -7,8 +7,9 @@ import re
 import pytest
 
 from sae_workbench.explainers.job import ExplainConfig, ExplainJob, ExplainJobError
-from sae_workbench.explainers.prism import PrismConfig
+from sae_workbench.explainers.prism import PrismConfig, PrismExplainer
 from sae_workbench.llm.config import LLMConfig, LLMNotConfiguredError
+from sae_workbench.status import Status
 from tests.explainers.test_explain_support import PLANTED_SAE, build_planted_store
 from tests.fake_llm import FakeLLM, Hang, HTTPFault, Reply
 
@@ -73,7 +74,7 @@ def test_tree_and_prism_with_llm(planted):
         cfg = ExplainConfig("tree", negatives="RANDOM_NEGATIVE")
         ExplainJob(planted, PLANTED_SAE, cfg, llm(server), progress=False).run([0])
         calls_tree = server.calls
-        pcfg = ExplainConfig("prism", prism=PrismConfig(percentile=90.0, n_texts=20, k=2))
+        pcfg = PrismExplainer(PrismConfig(percentile=90.0, n_texts=20, k=2))
         ExplainJob(planted, PLANTED_SAE, pcfg, llm(server), progress=False).run([3])
         assert server.calls - calls_tree == 2  # ONE call per cluster
     (t,) = planted.explanations(PLANTED_SAE, explainer="tree")
@@ -98,7 +99,7 @@ def test_wrong_key_one_error_nothing_written(planted, monkeypatch):
         with pytest.raises(ExplainJobError, match="LLMAuthError") as err:
             ExplainJob(planted, PLANTED_SAE, ExplainConfig("oneshot"), cfg, progress=False).run(range(5))
         assert "wrong" not in str(err.value)
-    assert [e for e in planted.explanations(PLANTED_SAE) if e.extra.get("status") != "dead"] == []
+    assert [e for e in planted.explanations(PLANTED_SAE) if e.status is not Status.DEAD] == []
 
 
 def test_endpoint_dies_mid_job_stops_cleanly_and_resumes(planted):

@@ -7,7 +7,8 @@ import pytest
 
 from sae_workbench.explainers.job import ExplainConfig, ExplainJob, config_key
 from sae_workbench.explainers.lexical import parse_rule_text
-from sae_workbench.explainers.prism import PrismConfig
+from sae_workbench.explainers.prism import PrismConfig, PrismExplainer
+from sae_workbench.status import Status
 from tests.explainers.test_explain_support import (
     PLANTED_SAE,
     PLANTED_TOKENS,
@@ -30,7 +31,7 @@ def test_lexical_recovers_planted_token_set_and_records_dead(planted):
     strengths = {parse_rule_text(r["activates_on"])[0][0]: r["strength"] for r in by_feature[0].rules}
     assert strengths["lord"] > strengths["god"] > strengths["israel"]
     dead = by_feature[2]
-    assert dead.extra["status"] == "dead" and dead.text == "" and dead.rules is None
+    assert dead.status is Status.DEAD and dead.text == "" and dead.rules is None
     assert by_feature[3].text.startswith("Lexical explainer (activation statistics, not an LLM)")
     # provenance
     e = by_feature[0]
@@ -65,7 +66,7 @@ def test_offline_tree_search_improves_on_its_roots(planted):
 
 
 def test_prism_separates_two_topics(planted):
-    cfg = ExplainConfig("prism", prism=PrismConfig(percentile=90.0, n_texts=60))
+    cfg = PrismExplainer(PrismConfig(percentile=90.0, n_texts=60))
     ExplainJob(planted, PLANTED_SAE, cfg, progress=False).run([1])
     (e,) = planted.explanations(PLANTED_SAE, feature=1, explainer="prism")
     clusters = e.extra["clusters"]

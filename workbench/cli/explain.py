@@ -33,7 +33,13 @@ def explain(
     negatives: str = typer.Option(
         "SIMILAR_NEGATIVE", help="Tree negatives: RANDOM[_NEGATIVE] or SIMILAR[_NEGATIVE]."
     ),
-    seed: int = typer.Option(0, help="Seed of every random choice."),
+    seed: int = typer.Option(
+        0, help="Seed of every random choice (and of the feature's train/valid/test split)."
+    ),
+    rule_cap: int = typer.Option(5, help="Most rules per structured explanation (tree paper: 5)."),
+    record_len: int = typer.Option(
+        32, help="Tokens per record shown or simulated, around each peak (tree paper: 32)."
+    ),
 ) -> None:
     """Explain features with the lexical (offline), one-shot, tree or PRISM explainer; rerun to resume."""
     from sae_workbench.explainers.job import ExplainConfig, ExplainJob, parse_features
@@ -61,7 +67,11 @@ def explain(
     st = Store.open(store)
     sae_row = st.get_sae(sae)
     job = ExplainJob(
-        st, sae, ExplainConfig(name, negatives=negatives, seed=seed), status.config, concurrency=concurrency
+        st,
+        sae,
+        ExplainConfig(name, negatives=negatives, seed=seed, rule_cap=rule_cap, record_len=record_len),
+        status.config,
+        concurrency=concurrency,
     )
     summary = job.run(parse_features(features, sae_row.d_sae))
     typer.echo(

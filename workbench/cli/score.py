@@ -96,9 +96,13 @@ def score(
     features: str | None = typer.Option(
         None, help="Features to score, e.g. '0,3,10-20' (default: all explained)."
     ),
-    n_positives: int = typer.Option(10, help="Positive test records per feature (tree paper: 10)."),
-    n_negatives: int = typer.Option(10, help="Negative test records per feature (tree paper: 10)."),
-    seed: int = typer.Option(0, help="Seed of the test-record draws."),
+    per_split: int = typer.Option(
+        10,
+        help="Positives and negatives per third of the feature's split; the test third is scored (tree paper: 10).",
+    ),
+    seed: int = typer.Option(
+        0, help="Seed of the split (use the explain run's seed, so both share the split)."
+    ),
     record_length: int | None = typer.Option(None, help="Crop records to this many tokens (paper: 32)."),
     llm_model: str | None = typer.Option(
         None, help="LLM for the simulator/classifier/generator (default: offline)."
@@ -115,9 +119,9 @@ def score(
     progress: bool = typer.Option(True, help="Show a progress bar."),
 ) -> None:
     """Score stored explanations with one scorer and one negative source; results go into the store."""
-    from sae_workbench.evaluation.complexity import COMPLEXITY_PROMPT_VERSION
     from sae_workbench.evaluation.cosy import CorpusRuleGenerator, LLMGenerator
     from sae_workbench.evaluation.detection import LLMClassifier
+    from sae_workbench.evaluation.registry import scorer_class
     from sae_workbench.evaluation.score_job import ScoreBackends, ScoreConfig, run_scoring
     from sae_workbench.explainers.simulate import LLMSimulator
     from sae_workbench.store import Store
@@ -125,11 +129,11 @@ def score(
     config = ScoreConfig(
         scorer=scorer,
         negatives=negatives.upper(),
-        n_positives=n_positives,
-        n_negatives=n_negatives,
+        per_split=per_split,
         seed=seed,
         record_length=record_length,
     )
+    method = scorer_class(scorer)  # an unknown name fails here, before the store opens
     st = Store.open(store)
     backends = ScoreBackends()
     client = None
@@ -143,13 +147,6 @@ def score(
         backends.classifier = LLMClassifier(client)
         backends.llm_usage = lambda: client.ledger.total.to_dict() if client else {}
         backends.llm_client = client
-        backends.prompt_version = {
-            "simulation": "simulate-v1",
-            "detection": LLMClassifier.prompt_version("detection"),
-            "fuzzing": LLMClassifier.prompt_version("fuzzing"),
-            "cosy": LLMGenerator.prompt_version,
-            "complexity": COMPLEXITY_PROMPT_VERSION,
-        }.get(scorer, "")
     if scorer == "cosy":
         parts = _cosy_backends(st, sae, sae_path, control_size, seed)
         backends.activation_fn_for = parts["activation_fn_for"]
@@ -161,7 +158,7 @@ def score(
         st, sae, config, backends, explainer=explainer, features=parse_features(features), progress=progress
     )
     dead = f", {result.dead} dead feature(s) recorded unscored" if result.dead else ""
-    source = config.negatives if scorer not in ("cosy", "polysemanticity", "complexity") else "-"
+    source = config.negatives if method.uses_negatives else "-"
     typer.echo(
         f"{scorer}/{source}: scored {result.scored}, skipped {result.skipped} (already scored), "
         f"recorded {result.failed} failure(s){dead} in {result.seconds:.1f}s"

@@ -24,7 +24,7 @@ def load_records(
         return []
     acts_NT = store.window_activations(sae_id, feature, ids)
     windows = store.window_tokens(corpus, ids)
-    out = []
+    out: list[Record] = []
     for row, wid in enumerate(ids):
         strings, mask = windows[wid]
         nz = np.flatnonzero(acts_NT[row])

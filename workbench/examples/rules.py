@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from sae_workbench.llm.jsonparse import JSONParseError, JSONValue
 
@@ -41,7 +41,8 @@ def parse_rules(value: JSONValue, rule_cap: int = DEFAULT_RULE_CAP) -> tuple[Rul
     for i, item in enumerate(value):
         if not isinstance(item, dict) or "activates_on" not in item or "strength" not in item:
             raise JSONParseError(f'rule {i} must be an object with keys "activates_on" and "strength"')
-        text, strength = item["activates_on"], item["strength"]
+        entry = cast(dict[str, object], item)
+        text, strength = entry["activates_on"], entry["strength"]
         if not isinstance(text, str) or not text.strip():
             raise JSONParseError(f'rule {i}: "activates_on" must be a non-empty string')
         if isinstance(strength, bool) or not isinstance(strength, int) or not 0 <= strength <= 5:

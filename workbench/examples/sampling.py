@@ -18,7 +18,7 @@ from __future__ import annotations
 import hashlib
 import logging
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from enum import StrEnum
 from typing import Any
 
@@ -173,10 +173,12 @@ def _close_negatives(
     # Similarity of every embedded window (one float32 mat-vec over the whole, possibly memory-mapped, matrix —
     # no gathered copy of it), then read off the indexed ones.
     similarity_N = reference_similarity(emb.embeddings_ND, rows[np.searchsorted(indexed, pos_ids)])[rows]
-    exclude = pos_ids
+    # Only the caller's exclusions (a split's sampled positives), not the whole reference set: tree-explainer spec and
+    # ref `generate_records.py:372` (fidelity audit §2.2, "SIMILAR exclusions").
+    exclude = np.zeros(0, np.int64)
     if require_negative:
         maxima = store.window_maxima(sae_id, feature)
-        exclude = np.union1d(pos_ids, maxima.window_ids[maxima.values > cfg.threshold])
+        exclude = maxima.window_ids[maxima.values > cfg.threshold]
     if len(extra_exclude):
         exclude = np.union1d(exclude, np.asarray(extra_exclude, dtype=np.int64))
     keep_N = ~np.isin(indexed, exclude, assume_unique=True)
@@ -212,7 +214,7 @@ def draw_negatives(
             exclude=excluded,
         )  # fmt: skip
     sample = Sample(sae_id, int(feature), source.value, seed, negative_params(k, cfg, excluded), ids)
-    return Sample(**{**asdict(sample), "id": store.add_sample(sample)})
+    return replace(sample, id=store.add_sample(sample))
 
 
 def negative_params(
@@ -245,7 +247,7 @@ def draw_examples(
         examples = store.random_examples(sae_id, feature, k, seed)
     config = {"k": k, "n_quantiles": n_quantiles} if source is ExampleSource.QUANTILE else {"k": k}
     sample = Sample(sae_id, int(feature), source.value, seed, config, [e.window_id for e in examples])
-    return Sample(**{**asdict(sample), "id": store.add_sample(sample)})
+    return replace(sample, id=store.add_sample(sample))
 
 
 def split_sample(window_ids: list[int], n_parts: int = 3) -> list[list[int]]:

@@ -1,0 +1,215 @@
+"""What a scorer is: the `Scorer` protocol, its typed outcome, the test records it is handed, and the shared parts.
+
+    class MyScorer:                               # one file: its config, its algorithm
+        name = "mine"; version = "mine-v1"; headline = "auc"; default_explainers = ()
+        uses_test_set = True; uses_negatives = True
+        @classmethod
+        def from_backends(cls, config: ScoreConfig, backends: ScoreBackends) -> MyScorer: ...
+        def backend(self) -> str: ...                  # the judging component, recorded and part of the key
+        def prompt_version(self) -> str: ...
+        def key_params(self) -> dict[str, object]: ...  # what else changes its numbers
+        async def prepare(self, explanations) -> None: ...   # once per run (a baseline pool, a client check)
+        async def score(self, explanation, tests) -> ScoreOutcome: ...
+
+plus one line in `evaluation/registry.py`. The score job (`evaluation/score_job.py`) keeps the loop: which
+explanations, resume by score key, dead features, the test records of the feature's shared split
+(`examples.testsets`), provenance and storing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Protocol, Self
+
+import numpy as np
+
+from sae_workbench.errors import WorkbenchError
+from sae_workbench.examples.records import Record
+from sae_workbench.examples.sampling import NegativeSource
+from sae_workbench.examples.testsets import PER_SPLIT, SplitConfig
+from sae_workbench.status import Status
+from sae_workbench.store import ExplanationRecord
+
+NEGATIVE_SOURCES = tuple(s.value for s in NegativeSource)
+
+
+class ScoreConfigError(WorkbenchError):
+    """A scoring option is invalid (unknown scorer or negative source, missing backend)."""
+
+
+@dataclass(frozen=True)
+class ScoreConfig:
+    """What to score and how the test records are drawn."""
+
+    scorer: str
+    """A name in `evaluation.registry.SCORERS`: simulation, detection, fuzzing, embedding, cosy, polysemanticity
+    (PRISM's, over stored descriptions) or complexity (an LLM rates each rule 0..5)."""
+    negatives: str = "SIMILAR_NEGATIVE"
+    """RANDOM, RANDOM_NEGATIVE, SIMILAR or SIMILAR_NEGATIVE (tree paper default: SIMILAR_NEGATIVE). Unused by
+    scorers without test records."""
+    per_split: int = PER_SPLIT
+    """Positives and negatives per third of the shared split; the test third is scored (tree paper: 10 + 10)."""
+    seed: int = 0
+    """Seed of the split's draws (the explain run's seed, so both share the split) and of fuzzing's highlights."""
+    threshold: float = 0.0
+    """A window is non-activating when its max activation is ≤ this (tree paper: 0)."""
+    reference_size: int = 400
+    """Highest-activating windows that define similarity for close negatives (tree paper: 400)."""
+    record_length: int | None = None
+    """Crop records to this many tokens around their peak (None: whole windows; the tree paper uses 32)."""
+
+    def __post_init__(self) -> None:
+        """Reject unknown negative sources with the valid choices (scorer names are checked by the registry)."""
+        if self.negatives not in NEGATIVE_SOURCES:
+            raise ScoreConfigError(
+                f"unknown negative source {self.negatives!r}; choose one of {', '.join(NEGATIVE_SOURCES)}"
+            )
+
+    def split(self) -> SplitConfig:
+        """The shared split the test records come from."""
+        return SplitConfig(NegativeSource(self.negatives), self.per_split, self.seed, self.threshold,
+                           self.reference_size)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class TestRecords:
+    """The test records one explanation is scored on."""
+
+    __test__ = False  # a library type, not a pytest class
+
+    positives: list[Record]
+    """Positive test records."""
+    negatives: list[Record]
+    """Negative test records."""
+    provenance: dict[str, Any]
+    """Source, ids and seed of what was drawn."""
+
+
+@dataclass(frozen=True)
+class ScoreOutcome:
+    """One explanation's score: its status, its metrics, and which metric is the headline."""
+
+    status: Status
+    """OK, or the recorded reason it could not be scored."""
+    metrics: dict[str, Any]
+    """Metric values (JSON-able; NaN allowed, stored as null)."""
+    headline: str = ""
+    """Key of the headline metric in `metrics` ('' when not OK)."""
+
+    @classmethod
+    def failed(cls, status: Status, **metrics: Any) -> ScoreOutcome:
+        """A recorded failure with what explains it."""
+        return cls(status, dict(metrics))
+
+
+Embedder = Callable[[Sequence[str]], np.ndarray]
+"""Maps texts to (N, D) embeddings (normalised or not: similarities are cosines either way)."""
+
+
+@dataclass
+class ScoreBackends:
+    """The components scorers are built from (offline defaults: lexical simulator and lexical rule matching); each
+    scorer's `from_backends` takes the parts it needs and says which are missing."""
+
+    simulator: Any = None
+    """Simulator of the simulation scorer and of lexical rule matching (None: the lexical simulator)."""
+    classifier: Any = None
+    """Classifier of detection/fuzzing (None: lexical rule matching through `simulator`)."""
+    embedder: Embedder | None = None
+    """Text embedder for the embedding and polysemanticity scorers (None: all-MiniLM-L6-v2)."""
+    generator: Any = None
+    """CoSy text generator (LLMGenerator, or offline CorpusRuleGenerator); required by cosy."""
+    activation_fn_for: Callable[[int], Any] | None = None
+    """feature → mean-activation-per-text function (model + SAE forward); required by cosy."""
+    control_texts: Sequence[str] = ()
+    """CoSy control texts (a fixed held-out slice of the corpus); required by cosy."""
+    llm_usage: Callable[[], dict[str, Any]] | None = None
+    """Returns the LLM usage so far (tokens, seconds), recorded as a per-score delta."""
+    llm_client: Any = None
+    """LLM that rates rule complexity; required by complexity (no offline rating)."""
+    _memo: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
+    """Embeddings computed so far, per text (a batch's explanations share their features' test windows)."""
+
+    def embed(self) -> Embedder:
+        """The embedder (loading the default on first use), memoised per text."""
+        if self.embedder is None:
+            from sae_workbench.embeddings import embed_texts  # all-MiniLM-L6-v2, offline
+
+            self.embedder = embed_texts
+        embedder, memo = self.embedder, self._memo
+
+        def embed_memoised(texts: Sequence[str]) -> np.ndarray:
+            todo = list(dict.fromkeys(t for t in texts if t not in memo))
+            if todo:
+                memo.update(zip(todo, np.asarray(embedder(todo), dtype=np.float32), strict=True))
+            return np.stack([memo[t] for t in texts]) if texts else np.zeros((0, 0), np.float32)
+
+        return embed_memoised
+
+    def embedder_name(self) -> str:
+        """Name of the embedder (recorded; part of score keys)."""
+        from sae_workbench.embeddings import DEFAULT_EMBEDDING_MODEL
+
+        if self.embedder is None:
+            return DEFAULT_EMBEDDING_MODEL
+        return str(getattr(self.embedder, "name", "custom-embedder"))
+
+
+class Scorer(Protocol):
+    """One scoring method (see the module docstring)."""
+
+    name: ClassVar[str]
+    """Registry name, stored with every score."""
+    version: ClassVar[str]
+    """Code version (part of the score key)."""
+    headline: ClassVar[str]
+    """Its headline metric (a key of an OK outcome's metrics): what reports and the app show."""
+    default_explainers: ClassVar[tuple[str, ...]]
+    """Explainers whose explanations it scores when the run names none (empty: all)."""
+    uses_test_set: ClassVar[bool]
+    """True when it scores the test records of the feature's split."""
+    uses_negatives: ClassVar[bool]
+    """True when its test records include negatives (the negative source is recorded and keyed)."""
+
+    @classmethod
+    def from_backends(cls, config: ScoreConfig, backends: ScoreBackends) -> Self:
+        """Build from the run's config and components."""
+        ...
+
+    def backend(self) -> str:
+        """Name of the judging component (recorded; part of the score key)."""
+        ...
+
+    def prompt_version(self) -> str:
+        """Version of its prompt ('' without one)."""
+        ...
+
+    def key_params(self) -> dict[str, Any]:
+        """Settings beyond the config and backend that change its numbers (part of the score key)."""
+        ...
+
+    async def prepare(self, explanations: Sequence[ExplanationRecord]) -> None:
+        """Once per run, before any explanation is scored (all of the run's explanations, also those skipped)."""
+        ...
+
+    async def score(self, explanation: ExplanationRecord, tests: TestRecords | None) -> ScoreOutcome:
+        """Score one explanation of a live feature (`tests` is None unless `uses_test_set`)."""
+        ...
+
+
+class ScorerDefaults:
+    """What most scorers share: no prompt, no parameters beyond the config, nothing to prepare, every explainer."""
+
+    default_explainers: ClassVar[tuple[str, ...]] = ()
+
+    def prompt_version(self) -> str:
+        """No prompt."""
+        return ""
+
+    def key_params(self) -> dict[str, Any]:
+        """Nothing beyond the config and backend."""
+        return {}
+
+    async def prepare(self, explanations: Sequence[ExplanationRecord]) -> None:
+        """Nothing to prepare."""

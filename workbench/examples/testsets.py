@@ -1,0 +1,205 @@
+"""The ONE train/valid/test split per feature that every explainer and every scorer uses.
+
+Tree paper (Ma, Pfrommer & Sojoudi, NeurIPS 2025; ref `scripts/experiment.py:234-244`, `record.py:158-177`): 30
+positives are sampled from the feature's top chunk (top 0.1% of windows by max activation, here at least 30) and 30
+negatives come from one source; both are dealt round-robin into train / valid / test (10 + 10 each). Explainers see at
+most train and valid (the one-shot and lexical explainers: train only, as ref's one-shot and tree share the same 10
+train positives); scorers score the test third, so no scored window was ever shown to the explainer.
+
+    split = draw_split(store, sae_id, feature, SplitConfig(negatives=NegativeSource.SIMILAR_NEGATIVE, seed=0))
+    split.train.positives, split.valid.negatives, split.test.positives          # window ids
+    test = scored_windows(split, seen=explanation_shown_ids)                   # what a scorer scores
+
+Draws are deterministic in (SAE, feature, config): positives from `default_rng([seed, feature])` in random order
+(ref: randperm), negatives from `examples.sampling.draw_negatives` with the same seed pair, stored as a sample (its
+id goes into the provenance). Each draw has a spare part of n/3 beyond the 30: a scorer that scores with another
+negative source than the explainer was shown, or an explainer that drew extra windows of its own (the lexical
+explainer's quantile sample), may find a test window among the explanation's inputs — `scored_windows` drops those and
+tops the test third up from the spares, so a scored test window is never one the explainer saw.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Collection, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from sae_workbench.embeddings import DEFAULT_EMBEDDING_MODEL
+from sae_workbench.examples.sampling import (
+    NegativeConfig,
+    NegativeSource,
+    draw_negatives,
+    ensure_window_embeddings,
+    negative_params,
+)
+from sae_workbench.store import NotIndexedError, Sample, Store
+
+# Tree paper: the top chunk is 0.1% of windows (ref uses len // 1000 with no minimum; we keep at least 30 so a small
+# corpus still yields 30 distinct positives).
+TOP_FRACTION = 0.001
+MIN_CHUNK = 30
+# Tree paper: 30 positives and 30 negatives, 10/10/10.
+PER_SPLIT = 10
+
+
+def top_chunk_size(n_windows: int, fraction: float = TOP_FRACTION, minimum: int = MIN_CHUNK) -> int:
+    """Size of the top chunk positives are sampled from (paper: top 0.1% of windows, here at least 30)."""
+    return max(minimum, math.ceil(fraction * n_windows))
+
+
+def deal(ids: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
+    """Round-robin thirds (train = [0::3], valid = [1::3], test = [2::3]), as the tree paper deals its records."""
+    items = [int(i) for i in ids]
+    return items[0::3], items[1::3], items[2::3]
+
+
+@dataclass(frozen=True)
+class SplitConfig:
+    """How a feature's split is drawn; explainers and scorers that share it share their windows' roles."""
+
+    negatives: NegativeSource = NegativeSource.SIMILAR_NEGATIVE
+    """Source of the negatives (tree paper default: SIMILAR_NEGATIVE)."""
+    per_split: int = PER_SPLIT
+    """Positives and negatives per third (tree paper: 10)."""
+    seed: int = 0
+    """Seed of the positive and negative draws (combined with the feature index)."""
+    threshold: float = 0.0
+    """A window is non-activating when its max activation is ≤ this (tree paper: 0)."""
+    reference_size: int = 400
+    """Highest-activating windows that define similarity for close negatives (tree paper: 400)."""
+    embedding_model: str = DEFAULT_EMBEDDING_MODEL
+    """sentence-transformers model of the window embeddings behind SIMILAR negatives."""
+
+    def __post_init__(self) -> None:
+        """Accept the source by name too."""
+        object.__setattr__(self, "negatives", NegativeSource(self.negatives))
+
+    def params(self) -> dict[str, object]:
+        """JSON-able form (provenance and config keys)."""
+        return {"negatives": self.negatives.value, "per_split": self.per_split, "seed": self.seed,
+                "threshold": self.threshold, "reference_size": self.reference_size,
+                "embedding_model": self.embedding_model if self.negatives.value.startswith("SIMILAR") else "",
+                "top_fraction": TOP_FRACTION, "min_chunk": MIN_CHUNK}  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Third:
+    """One third of a split: window ids of its positives and negatives."""
+
+    positives: tuple[int, ...]
+    """Top-chunk windows."""
+    negatives: tuple[int, ...]
+    """Windows from the negative source."""
+
+    @property
+    def ids(self) -> tuple[int, ...]:
+        """Positives then negatives."""
+        return self.positives + self.negatives
+
+
+@dataclass(frozen=True)
+class FeatureSplit:
+    """A feature's windows dealt into train / valid / test, plus spares for topping up a test third."""
+
+    feature: int
+    """Feature index."""
+    train: Third
+    """What explainers learn from."""
+    valid: Third
+    """What the tree search selects its node on."""
+    test: Third
+    """What scorers score."""
+    spare: Third
+    """Drawn beyond the 3 × per_split, in draw order: replacements for test windows an explainer saw."""
+    top_chunk: int
+    """Size of the top chunk the positives were drawn from."""
+    negative_sample_id: int | None
+    """Store id of the negative sample (None when there were no positives to contrast)."""
+    config: SplitConfig
+    """How it was drawn."""
+
+    def provenance(self) -> dict[str, object]:
+        """What a stored explanation or score records about its split."""
+        return {**self.config.params(), "top_chunk": self.top_chunk,
+                "negative_sample_id": self.negative_sample_id}  # fmt: skip
+
+
+def _rng(config: SplitConfig, feature: int) -> np.random.Generator:
+    """The positives' generator: one stream per (seed, feature)."""
+    return np.random.default_rng([config.seed, int(feature)])
+
+
+def positive_ids(store: Store, sae_id: str, feature: int, config: SplitConfig) -> tuple[list[int], int]:
+    """(up to 4 × per_split window ids from the top chunk in random order, chunk size); the first 3 × per_split
+    are dealt into thirds, the rest are spares."""
+    progress = store.index_progress(sae_id)
+    if progress is None:
+        raise NotIndexedError(
+            f"SAE {sae_id} has no activations in {store.path}; run `workbench index` first."
+        )
+    maxima = store.window_maxima(sae_id, feature)
+    order = maxima.by_peak()
+    active = order[maxima.values[order] > config.threshold]
+    chunk = min(len(active), top_chunk_size(progress.next_window))
+    candidates = maxima.window_ids[active[:chunk]]
+    n = min(len(candidates), 4 * config.per_split)
+    return [int(i) for i in _rng(config, feature).choice(candidates, size=n, replace=False)], chunk
+
+
+def negative_sample(
+    store: Store, sae_id: str, feature: int, config: SplitConfig, positives: Sequence[int]
+) -> Sample:
+    """4 × per_split negatives from the configured source, never a sampled positive; drawn once and stored (a
+    later draw with the same settings reuses the stored sample)."""
+    k, seed = 4 * config.per_split, config.seed
+    neg_cfg = NegativeConfig(config.reference_size, config.threshold, config.embedding_model)
+    excluded = np.asarray(sorted(positives), dtype=np.int64)
+    params = negative_params(k, neg_cfg, excluded)
+    source = config.negatives
+    for stored in store.samples(sae_id, feature, source.value):
+        if stored.seed == seed and stored.config == params:
+            return stored
+    prepare_split(store, sae_id, config)  # a no-op once the corpus is embedded
+    return draw_negatives(store, sae_id, feature, source, k=k, seed=seed, config=neg_cfg, exclude=excluded)
+
+
+def prepare_split(store: Store, sae_id: str, config: SplitConfig) -> None:
+    """What drawing splits under `config` needs once per SAE: SIMILAR negatives need every window embedded."""
+    if config.negatives.value.startswith("SIMILAR"):
+        ensure_window_embeddings(store, sae_id, config.embedding_model)
+
+
+def draw_split(store: Store, sae_id: str, feature: int, config: SplitConfig) -> FeatureSplit:
+    """The feature's split under `config` (see the module docstring)."""
+    with store.session():  # one connection for the reads of both draws
+        pos, chunk = positive_ids(store, sae_id, feature, config)
+        sample = negative_sample(store, sae_id, feature, config, pos) if pos else None
+    neg = list(sample.window_ids) if sample is not None else []
+    n = 3 * config.per_split
+    (p_train, p_valid, p_test), (n_train, n_valid, n_test) = deal(pos[:n]), deal(neg[:n])
+    return FeatureSplit(
+        feature=int(feature),
+        train=Third(tuple(p_train), tuple(n_train)),
+        valid=Third(tuple(p_valid), tuple(n_valid)),
+        test=Third(tuple(p_test), tuple(n_test)),
+        spare=Third(tuple(pos[n:]), tuple(neg[n:])),
+        top_chunk=chunk,
+        negative_sample_id=sample.id if sample is not None else None,
+        config=config,
+    )
+
+
+def scored_windows(split: FeatureSplit, seen: Collection[int] = ()) -> Third:
+    """The test third without any window in `seen` (what the explainer was shown), topped up from the spares."""
+    shown = {int(i) for i in seen}
+
+    def fill(test: Sequence[int], spare: Sequence[int]) -> tuple[int, ...]:
+        kept = [i for i in test if i not in shown]
+        extra = [i for i in spare if i not in shown]
+        return tuple(kept + extra[: len(test) - len(kept)])
+
+    return Third(
+        fill(split.test.positives, split.spare.positives), fill(split.test.negatives, split.spare.negatives)
+    )
