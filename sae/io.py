@@ -361,6 +361,15 @@ def check_sae_matches(sae: SAE[Any], model: HookedTransformer, hook: str) -> Non
         )
 
 
+def require_model_and_hook(model_name: str, hook: str) -> None:
+    """Raise SAEIdError unless both are non-empty names (an SAE's id hashes them with its weights)."""
+    for what, value in (("model", model_name), ("hook", hook)):
+        if not isinstance(value, str) or not value.strip():
+            raise SAEIdError(
+                f"an SAE id needs the {what} the SAE reads (got {value!r}); pass --model and --hook of the SAE."
+            )
+
+
 def compute_sae_id(sae: SAE[Any], model_name: str, hook: str) -> str:
     """Content hash (16 hex chars) of the SAE's weights, architecture settings, model name and hook.
 
@@ -368,11 +377,7 @@ def compute_sae_id(sae: SAE[Any], model_name: str, hook: str) -> str:
     loading, and changes whenever a weight, k, threshold, model or hook changes. `model_name` and `hook` are
     required (an SAE's id names what it reads): an empty one raises SAEIdError.
     """
-    for what, value in (("model", model_name), ("hook", hook)):
-        if not isinstance(value, str) or not value.strip():
-            raise SAEIdError(
-                f"an SAE id needs the {what} the SAE reads (got {value!r}); pass --model and --hook of the SAE."
-            )
+    require_model_and_hook(model_name, hook)
     digest = hashlib.sha256()
     state = {k: v.detach().clone() for k, v in sae.state_dict().items()}
     if isinstance(sae, TrainingSAE):

@@ -40,6 +40,7 @@ from sae_workbench.sae.io import (
     UnknownArchitectureError,
     compute_sae_id,
     id_record,
+    require_model_and_hook,
     save_sae,
 )
 from sae_workbench.sae.sparse_step import SparseTopKTrainingSAE
@@ -335,15 +336,16 @@ def train_sae(
     The SAE is initialised on the CPU (the same weights for a seed on any device), then trained on `device`.
     `model_name` and `hook` name what the activations are (both go into the SAE's id and its cfg metadata).
     """
+    require_model_and_hook(model_name, hook)  # before any work: both go into the id
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
-    # The weights in `out` are about to change: an earlier run's id record must not outlive them.
-    (out / TRAIN_RESULT_FILENAME).unlink(missing_ok=True)
     meta = {"model_name": model_name, "hook_name": hook, **(metadata or {})}
     sae = build_training_sae(cfg, d_in, meta, device)
     trainer_cfg = _trainer_config(cfg, out, device)
     resume_from = _check_resumable(out, cfg) if resume else None
     data_state = json.loads((resume_from / "data_state.json").read_text()) if resume_from else None
+    # The weights in `out` are about to change: an earlier run's id record must not outlive them.
+    (out / TRAIN_RESULT_FILENAME).unlink(missing_ok=True)
     batches = ShuffledBatches(
         source,
         cfg.batch_size,

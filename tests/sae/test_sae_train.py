@@ -147,6 +147,9 @@ def test_training_records_the_sae_id_and_loaders_read_it_back(tmp_path: Path):
     record_path.write_text(json.dumps({**record, "sae_id": "0123456789abcdef", "weights_bytes": 1}))
     assert sae_id_of(sae, model, hook, tmp_path) == result.sae_id
     # A rerun into the folder drops the old record before it touches the weights (kept from a killed run otherwise).
+    with pytest.raises(ResumeError):  # a refused resume leaves the finished run's record alone
+        train_sae(tensor_source([]), D_IN, small_cfg(), tmp_path, model_name=MODEL, hook=HOOK, resume=True)
+    assert record_path.exists()
     with pytest.raises(TrainingDataExhaustedError):
         train_sae(tensor_source([]), D_IN, small_cfg(), tmp_path, model_name=MODEL, hook=HOOK, progress=False)
     assert not record_path.exists()
@@ -157,6 +160,10 @@ def test_model_and_hook_are_required_for_an_id(tmp_path: Path):
         compute_sae_id(load_sae(train_small(tmp_path)), "", HOOK)
     with pytest.raises(SAEIdError, match="hook"):
         compute_sae_id(load_sae(tmp_path), MODEL, " ")
+    with pytest.raises(SAEIdError, match="hook"):  # before any training
+        train_sae(
+            tensor_source([]), D_IN, small_cfg(), tmp_path / "y", model_name=MODEL, hook="", progress=False
+        )
     with pytest.raises(TypeError):
         train_sae(tensor_source(synthetic_chunks()), D_IN, small_cfg(), tmp_path / "x", progress=False)  # type: ignore[call-arg]
 
