@@ -92,7 +92,9 @@ def test_mean_ablation_sets_the_feature_to_its_mean(tiny_model, planted):
     assert ab.kl_BN[0][0] > 0
     # An explicit value: writing the planted activation 1 everywhere leaves the "def" positions' inputs as they
     # were but adds "def" to every other position, so the first prediction moves more than under the mean.
-    fixed = ablate_feature(tiny_model, detector, EMBED_HOOK, tokens_BN, feature=0, mode="mean", mean_value=1.0)
+    fixed = ablate_feature(
+        tiny_model, detector, EMBED_HOOK, tokens_BN, feature=0, mode="mean", mean_value=1.0
+    )
     assert fixed.value == 1.0
     assert fixed.kl_BN[0][0] > ab.kl_BN[0][0]
 

@@ -46,12 +46,17 @@ EXPECTED_SCHEMA = {
     "evals": ["id", "sae_id", "eval_type_id", "eval", "created_at"],
     "llm_cache": ["key", "model", "response", "tokens", "created_at"],
     "samples": ["id", "sae_id", "feature", "source", "seed", "config", "window_ids", "created_at"],
+    "attributions": [
+        "id", "sae_id", "feature", "window_id", "position", "level", "method", "rule", "result", "config_key",
+        "created_at",
+    ],
+    "feature_effects": ["id", "sae_id", "feature", "kind", "window_ids", "result", "config_key", "created_at"],
 }  # fmt: skip
 
 
 def test_blank_database_migrates_to_full_schema(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "s.duckdb")
-    assert store.schema_version() == LATEST_VERSION == 3
+    assert store.schema_version() == LATEST_VERSION == 4
     assert sorted(store.table_names()) == sorted(EXPECTED_SCHEMA)
     for table, columns in EXPECTED_SCHEMA.items():
         assert [c for c, _ in store.table_columns(table)] == columns, table
@@ -75,6 +80,7 @@ def test_blank_database_migrates_to_full_schema(tmp_path: Path) -> None:
             3,
             "status columns on explanations and scores, unique scores.score_key (of duplicate keys the earliest row kept)",
         ),
+        (4, "attributions and feature_effects (DePass attribution, ablation and steering per feature)"),
     ]
     con.close()
 

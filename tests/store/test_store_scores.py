@@ -64,7 +64,7 @@ def test_migrating_a_schema_2_store_backfills_status_and_score_key(tmp_path: Pat
     con.close()
 
     store = Store.open(path)
-    assert store.schema_version() == 3
+    assert store.schema_version() == 4
     assert [(e.config_key, e.status) for e in store.explanations()] == [
         (k, Status(s)) for k, _, s in V2_EXPLANATIONS
     ]

@@ -172,6 +172,29 @@ MIGRATIONS: tuple[Migration, ...] = (
         ALTER TABLE scores_v3 RENAME TO scores
         """,
     ),
+    Migration(
+        4,
+        "attributions and feature_effects (DePass attribution, ablation and steering per feature)",
+        # One JSON document per result, keyed by config_key (store/attributions.py); window_id is NULL for a typed
+        # text. Results are recomputable, so no backfill.
+        """
+        CREATE SEQUENCE attribution_ids START 1;
+        CREATE TABLE attributions (
+            id BIGINT PRIMARY KEY DEFAULT nextval('attribution_ids'),
+            sae_id TEXT NOT NULL, feature INTEGER NOT NULL, window_id BIGINT, position INTEGER NOT NULL,
+            level TEXT NOT NULL, method TEXT NOT NULL, rule TEXT NOT NULL, result JSON NOT NULL,
+            config_key TEXT NOT NULL UNIQUE,
+            created_at TIMESTAMP NOT NULL DEFAULT current_timestamp
+        );
+        CREATE SEQUENCE feature_effect_ids START 1;
+        CREATE TABLE feature_effects (
+            id BIGINT PRIMARY KEY DEFAULT nextval('feature_effect_ids'),
+            sae_id TEXT NOT NULL, feature INTEGER NOT NULL, kind TEXT NOT NULL, window_ids BIGINT[] NOT NULL,
+            result JSON NOT NULL, config_key TEXT NOT NULL UNIQUE,
+            created_at TIMESTAMP NOT NULL DEFAULT current_timestamp
+        )
+        """,
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -3,6 +3,7 @@
 saes.py (saes) · windows.py (windows) · indexing.py (index_runs, activations_staging, activations) ·
 activations.py (per-feature reads, example draws) · stats.py (feature_stats, feature_neighbours) ·
 explanations.py · scores.py (scores, evals) · samples.py · llm_cache.py · embeddings.py (window_vectors) ·
+attributions.py (attributions, feature_effects) ·
 parquet.py (export / import) · base.py (sessions, transactions, the session cache)
 """
 
@@ -11,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from sae_workbench.store.activations import Activations
+from sae_workbench.store.attributions import Attributions
 from sae_workbench.store.base import Session, StoreBase
 from sae_workbench.store.embeddings import Embeddings
 from sae_workbench.store.errors import IndexConfigError, SchemaVersionError
@@ -26,7 +28,9 @@ from sae_workbench.store.tokens import Tokens
 __all__ = ["IndexConfigError", "Session", "Store", "StoreBase"]
 
 
-class Store(Activations, Stats, Tokens, Explanations, Scores, Samples, LLMCache, Embeddings, Parquet):
+class Store(
+    Activations, Stats, Tokens, Explanations, Scores, Samples, LLMCache, Embeddings, Parquet, Attributions
+):
     """A DuckDB feature store file. Open with `Store.open(path, read_only=False)`; see the package docstring."""
 
     @classmethod
