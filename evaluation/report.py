@@ -69,6 +69,9 @@ class ReportRow:
     """Mean false-positive tokens per feature (simulation only; NaN otherwise; lower is better)."""
     n_dead: int = 0
     """Explanations of dead features (status "dead"): recorded, neither scored nor counted as failures."""
+    test_windows_seen: float = math.nan
+    """Mean test windows per feature the explainer had been shown (replaced from the split's spares before scoring;
+    0 when explainer and scorer share the split and the explainer read only its train/valid thirds)."""
 
 
 # (close source, random source) pairs compared, when both were scored.
@@ -149,7 +152,9 @@ class CosyRow:
 
 def _values(store: Store, sae_id: str, features: set[int] | None):
     """{(explainer, scorer, source): {"ok": {feature: value}, "fp": [...], "failed": n}} from the store."""
-    out: dict[tuple[str, str, str], dict] = defaultdict(lambda: {"ok": {}, "fp": [], "failed": 0, "dead": 0})
+    out: dict[tuple[str, str, str], dict] = defaultdict(
+        lambda: {"ok": {}, "fp": [], "failed": 0, "dead": 0, "seen": []}
+    )
     explanations = {e.id: e for e in store.explanations(sae_id=sae_id)}
     for s in store.scores(sae_id=sae_id):
         e = explanations.get(s.explanation_id)
@@ -167,6 +172,8 @@ def _values(store: Store, sae_id: str, features: set[int] | None):
             cell["ok"][e.feature] = float(v)  # the latest score of a feature wins
         if "false_positive_tokens" in s.metrics:
             cell["fp"].append(float(s.metrics["false_positive_tokens"]))
+        if "test_windows_seen" in s.metrics:
+            cell["seen"].append(float(s.metrics["test_windows_seen"]))
     return out
 
 
@@ -177,6 +184,7 @@ def collect_rows(store: Store, sae_id: str, features: list[int] | None = None) -
     for (explainer, scorer, source), cell in sorted(cells.items()):
         ci = t_confidence_interval(list(cell["ok"].values()))
         fp = float(np.mean(cell["fp"])) if cell["fp"] else math.nan
+        seen = float(np.mean(cell["seen"])) if cell["seen"] else math.nan
         rows.append(
             ReportRow(
                 explainer,
@@ -190,6 +198,7 @@ def collect_rows(store: Store, sae_id: str, features: list[int] | None = None) -
                 cell["failed"],
                 fp,
                 cell["dead"],
+                seen,
             )
         )
     return rows
@@ -321,16 +330,19 @@ def render_markdown(
     """The tables as Markdown (the polysemanticity, complexity and CoSy ones when given)."""
     lines = [f"# {title}", ""] if title else []
     lines += [
-        "Higher is better for every metric except false-positive tokens. CI = 95% Student-t interval over features.",
+        "Higher is better for every metric except false-positive tokens. CI = 95% Student-t interval over features. "
+        "Seen = test windows per feature the explainer had been shown, replaced before scoring (0 = the split's "
+        "own test third).",
         "",
-        "| explainer | scorer | negatives | metric | mean | 95% CI | features | failed | FP tokens | dead |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| explainer | scorer | negatives | metric | mean | 95% CI | features | failed | FP tokens | dead | seen |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ci = f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]"
         lines.append(
             f"| {r.explainer} | {r.scorer} | {r.negative_source or '–'} | {r.metric} | {_fmt(r.mean)} | {ci} | "
-            f"{r.n_features} | {r.n_failed} | {_fmt(r.false_positive_tokens, 1)} | {r.n_dead} |"
+            f"{r.n_features} | {r.n_failed} | {_fmt(r.false_positive_tokens, 1)} | {r.n_dead} | "
+            f"{_fmt(r.test_windows_seen, 1)} |"
         )
     lines += [
         "",
@@ -418,6 +430,7 @@ def render_csv(
             "n_failed",
             "false_positive_tokens",
             "n_dead",
+            "test_windows_seen",
         ]
     )
     for r in rows:
@@ -434,6 +447,7 @@ def render_csv(
                 r.n_failed,
                 r.false_positive_tokens,
                 r.n_dead,
+                r.test_windows_seen,
             ]
         )
     for d in deltas:

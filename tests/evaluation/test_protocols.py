@@ -85,7 +85,13 @@ def test_no_scored_window_was_an_explainer_input(planted):
         tested = set(s.provenance["positive_ids"]) | set(s.provenance["negative_ids"])
         assert s.status is Status.OK, (e.explainer, s.metrics)
         assert not tested & shown, (e.explainer, e.sampling, s.negative_source, sorted(tested & shown))
-        assert len(s.provenance["positive_ids"]) == 10
+        # PRISM reads the top texts of the whole corpus, so it saw test positives the spares cannot all replace
+        # here (the planted corpus's top chunk is the 30 split positives themselves, no spares): fewer are scored.
+        assert (
+            len(s.provenance["positive_ids"]) == 10
+            if e.explainer != "prism"
+            else 1 <= len(s.provenance["positive_ids"])
+        )
         same_split = (
             e.explainer in ("oneshot", "tree") and e.sampling["split"]["negatives"] == s.negative_source
         )

@@ -47,7 +47,8 @@ def scored(tmp_path: Path) -> Store:
     for (explainer, feature), (rand, close) in values.items():
         eid = store.add_explanation(_expl(feature, explainer))
         for source, v in (("RANDOM", rand), ("SIMILAR_NEGATIVE", close)):
-            metrics = {"status": "ok", "pearson": v, "false_positive_tokens": 2 if source == "RANDOM" else 6}
+            metrics = {"status": "ok", "pearson": v, "false_positive_tokens": 2 if source == "RANDOM" else 6,
+                       "test_windows_seen": feature}  # fmt: skip
             store.add_score(ScoreRecord(eid, "simulation", "simulation-v1", source, metrics))
     eid = store.add_explanation(_expl(2, "tree"))
     store.add_score(ScoreRecord(eid, "simulation", "simulation-v1", "RANDOM", {"status": "no_activations"}))
@@ -72,6 +73,7 @@ def test_rows_and_negative_deltas_hand_computed(scored: Store) -> None:
     rows = {(r.explainer, r.negative_source): r for r in collect_rows(scored, "s")}
     lex = rows[("lexical", "SIMILAR_NEGATIVE")]
     assert lex.mean == pytest.approx(0.4) and lex.n_features == 2 and lex.false_positive_tokens == 6
+    assert lex.test_windows_seen == pytest.approx(0.5)  # features 0 and 1 had 0 and 1 test windows replaced
     # [0.5, 0.3]: s = 0.1414, t_{.975,1} = 12.706 → half-width 12.706 × 0.1414 / √2 = 1.2706.
     assert lex.ci_high - lex.mean == pytest.approx(12.706204736 * 0.1, rel=1e-6)
     assert rows[("tree", "RANDOM")].n_failed == 1 and rows[("tree", "RANDOM")].n_features == 2
@@ -97,6 +99,11 @@ def test_markdown_and_csv(scored: Store) -> None:
     md = render_markdown(rows, deltas, "T")
     assert "| lexical | simulation | pearson | SIMILAR_NEGATIVE | RANDOM | 0.400 | 0.700 | -0.300 | 2 |" in md
     assert "| tree | simulation | RANDOM | pearson | 0.800 |" in md
+    assert "| lexical | simulation | SIMILAR_NEGATIVE | pearson | 0.400 |" in md
+    lex_line = next(
+        line for line in md.splitlines() if line.startswith("| lexical | simulation | SIMILAR_NEGATIVE")
+    )
+    assert lex_line.endswith("| 0.5 |")  # mean test windows seen
     table = list(csv.DictReader(io.StringIO(render_csv(rows, deltas))))
     assert len(table) == 5 + 3
     delta_rows = [r for r in table if r["negative_source"] == "SIMILAR_NEGATIVE-RANDOM"]
