@@ -76,6 +76,10 @@ class ProbingConfig:
     """Adam learning rate of the probes (SAEBench)."""
     probe_weight_decay: float = 1e-4
     """Weight decay of the residual probes (SAEBench train_linear_probe_for_task)."""
+    probe_batch_size: int = 64
+    """Words per Adam step of the residual probes. SAEBench: 64 — `train_and_save_probes(batch_size=64)` in
+    sae_bench/evals/absorption/common.py passes its batch size on to `train_linear_probe_for_task` (whose own
+    default, 4096, is never used by the absorption eval). 50 epochs over ~37k train words = ~29k steps."""
 
     def hook(self) -> str:
         """The residual hook name read at `layer`."""
@@ -151,7 +155,8 @@ def _cache_dir(model_name: str, cfg: ProbingConfig, bos_id: int, vocab_size: int
         {
             "model": model_name,
             "dtype": dtype,
-            "cfg": asdict(cfg) | {"bos_id": bos_id},
+            # Probe-training settings do not change the residuals: leave them out so the cache is shared.
+            "cfg": {k: v for k, v in asdict(cfg).items() if not k.startswith("probe_")} | {"bos_id": bos_id},
             "vocab": vocab_size,
             "v": 1,
         },
@@ -316,7 +321,7 @@ def _train_multi_probe(
     weight_decay: float,
     l1: float,
     seed: int,
-    batch_size: int = 4096,
+    batch_size: int,
     end_lr: float = 1e-5,
     desc: str = "probes",
 ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -357,7 +362,7 @@ def train_letter_probes(acts: ProbeActivations, cfg: ProbingConfig = ProbingConf
     w, b = _train_multi_probe(
         lambda idx: x[idx], len(x), _one_hot(acts.train_labels), x.shape[1],
         epochs=cfg.probe_epochs, lr=cfg.probe_lr, weight_decay=cfg.probe_weight_decay, l1=0.0, seed=cfg.seed,
-        desc="letter probes",
+        batch_size=cfg.probe_batch_size, desc="letter probes",
     )  # fmt: skip
     scores = (torch.from_numpy(acts.test_resid_ND) @ w.T + b).numpy()
     f1 = [
