@@ -63,7 +63,7 @@ class PrismCluster:
     """One cluster and its description."""
 
     description: str
-    """The describer's sentence."""
+    """The describer's description of the cluster (a short phrase)."""
     window_ids: tuple[int, ...]
     """Every text of the cluster, by score descending."""
     shown_ids: tuple[int, ...]

@@ -20,7 +20,7 @@ TASK = (
 
 def test_versions():
     assert (oneshot.PROMPT_VERSION, tree.PROMPT_VERSION, simulate.PROMPT_VERSION, prism.PROMPT_VERSION) == (
-        "oneshot-v1", "tree-revise-v1", "simulate-v1", "prism-label-v1",
+        "oneshot-v1", "tree-revise-v1", "simulate-v1", "prism-label-v2",
     )  # fmt: skip
 
 
@@ -89,12 +89,32 @@ def test_simulate_golden_and_strict_parse():
 
 def test_prism_label_golden():
     assert prism.label_prompt(["The [ LORD] said"], ["LORD (4.00)"]) == (
-        "You are investigating a feature of a language model. Below are texts where the feature activates; the "
-        "tokens where it activates most are wrapped in [brackets]. A token's activation depends only on the "
-        "earlier tokens of its text.\n"
-        "Describe the common concept the feature responds to, focusing on the [bracketed] spans, in one full "
-        "sentence. Do not list or quote the highlighted words, do not mention the brackets, and do not start with "
-        '"Concepts related to" or "Description:".\n\n'
+        "You are a careful AI researcher studying one feature inside a language model. It activates on some of the "
+        'tokens of the text excerpts below. Each excerpt starts with ">" under a header such as "=== Text #12 ===", '
+        "where the number identifies the excerpt.\n"
+        "The feature activates token by token, and its activation on a token can only depend on that token and the "
+        "tokens before it, never on the tokens after it.\n"
+        "Find the concept that makes the feature activate across these excerpts and describe the pattern it follows. "
+        "Pay most attention to the spans wrapped in [delimiters] and to the context around them: they mark where the "
+        "feature is strongest.\n"
+        "Before the excerpts comes a summary that lists each highlighted span's first token with its activation. "
+        'After the excerpts, following "Description: ", write the description that fits all of this best.\n'
+        "Rules for the description:\n"
+        "- Do not merely list the highlighted words; name the broader concept behind them.\n"
+        "- Do not quote words from the excerpts.\n"
+        "- Write a short phrase, not a complete sentence.\n"
+        "- Do not end the description with a full stop.\n"
+        "- Do not mention the [delimiters].\n"
+        '- Do not use wording such as "highlighted spans", "Concepts of" or "Concepts related to"; state only what '
+        "the concept means.\n"
+        '- Do not begin with "Description:"; give only the description itself.\n\n'
         "=== Summary of highlights ===\nText #1: LORD (4.00)\n\n=== Text #1 ===\n> The [ LORD] said\n\nDescription: "
     )
-    assert prism.parse_description("Description:  A deity.") == "A deity."
+    # The reference (lkopf/prism src/utils/config.py) forbids an entire sentence and a final full stop.
+    assert "not a complete sentence" in prism.INSTRUCTIONS and "full stop" in prism.INSTRUCTIONS
+    assert "one full sentence" not in prism.INSTRUCTIONS
+    assert prism.parse_description("Description:  Divine names\nin scripture") == "Divine names in scripture"
+    # Stored as given, like the reference (it only strips line breaks): a full stop the LLM adds stays.
+    assert prism.parse_description("A deity.") == "A deity."
+    with pytest.raises(ValueError):
+        prism.parse_description("Description:   ")
