@@ -9,6 +9,9 @@ features we report mean AUC with a 95% t CI and MAD as mean ± std.
 
 Generators: `LLMGenerator` (re-asks until exactly 10 lines) or, offline, `CorpusRuleGenerator` — it composes texts
 from corpus windows matching the description's rules (named "corpus-rule-composer", never presented as an LLM).
+Settings (`CosyConfig`): the default asks the LLM for short texts, uses 200 control texts and cuts every text at 128
+tokens (quick on a laptop); `CosyConfig.paper()` follows the reference — 512-word texts, 1,000 control texts, texts
+cut at 512 tokens. The preset's name and settings are part of every score's key and provenance.
 The activation function is injected: `activation_fn(texts) -> (N,) mean activation per text`;
 `ModelFeatureMeans(...).for_feature(f)` builds one from a TransformerLens model, a hook and an SAE encoder.
 """
@@ -16,7 +19,7 @@ The activation function is injected: `activation_fn(texts) -> (N,) mean activati
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -31,7 +34,12 @@ from sae_workbench.evaluation.base import (
     ScorerDefaults,
     TestRecords,
 )
-from sae_workbench.evaluation.prompts.cosy import COSY_PROMPT_VERSION, N_TEXTS, cosy_messages
+from sae_workbench.evaluation.prompts.cosy import (
+    COSY_PAPER_PROMPT_VERSION,
+    COSY_PROMPT_VERSION,
+    N_TEXTS,
+    cosy_messages,
+)
 from sae_workbench.evaluation.scoring import auroc, mad, mann_whitney_p
 from sae_workbench.evaluation.simulation import UnscorableExplanationError, scorable_explanation
 from sae_workbench.explainers.lexical import match_rule_text
@@ -47,6 +55,39 @@ ActivationFn = Callable[[Sequence[str]], np.ndarray]
 
 class GeneratorError(WorkbenchError):
     """A generator could not produce texts for a description."""
+
+
+COSY_PRESETS = ("default", "paper")
+"""Names `CosyConfig.preset` takes (`workbench score --preset`)."""
+
+
+@dataclass(frozen=True)
+class CosyConfig:
+    """CoSy's generator and measurement settings (default: quick; `paper()`: the reference's)."""
+
+    preset: str = "default"
+    """Which preset these settings come from ('default' or 'paper'); recorded with every score."""
+    words_per_text: int | None = None
+    """Length the LLM generator is asked for, in words; None = short texts of one or two sentences."""
+    n_control: int = 200
+    """Control texts taken from the held-out corpus slice (paper: 1,000 cosmopedia-100k texts)."""
+    max_tokens: int = 128
+    """Every generated and control text is cut to this many tokens before the model reads it."""
+
+    @classmethod
+    def paper(cls) -> CosyConfig:
+        """The reference's settings (lkopf/prism src/utils/config.py): 10 texts of MAX_TEXT_LENGTH = 512 words,
+        SUBSET_SIZE = 1,000 control texts, every text tokenized with max_length = MAX_TEXT_LENGTH = 512."""
+        return cls(preset="paper", words_per_text=512, n_control=1000, max_tokens=512)
+
+    @classmethod
+    def named(cls, preset: str) -> CosyConfig:
+        """The settings of a preset by name (ScoreConfigError for an unknown one)."""
+        if preset == "default":
+            return cls()
+        if preset == "paper":
+            return cls.paper()
+        raise ScoreConfigError(f"unknown CoSy preset {preset!r}; choose one of {', '.join(COSY_PRESETS)}")
 
 
 @dataclass(frozen=True)
@@ -104,19 +145,19 @@ def parse_lines(n: int) -> Callable[[str], list[str]]:
 class LLMGenerator:
     """CoSy generator: an LLM writes `n` texts including the concept (PRISM: 10), re-asked until exactly `n`."""
 
-    prompt_version = COSY_PROMPT_VERSION
-
-    def __init__(self, client: LLMClient, tag: str = "cosy") -> None:
-        """Use `client` (its config's max_reasks bounds the re-asks)."""
+    def __init__(self, client: LLMClient, tag: str = "cosy", settings: CosyConfig | None = None) -> None:
+        """Use `client` (its config's max_reasks bounds the re-asks); `settings.words_per_text` picks the prompt."""
         self.client = client
         self.tag = tag
+        self.settings = settings or CosyConfig()
         self.name = f"llm:{client.config.model}"
+        words = self.settings.words_per_text
+        self.prompt_version = COSY_PROMPT_VERSION if words is None else COSY_PAPER_PROMPT_VERSION
 
     async def generate(self, description: str, n: int = N_TEXTS) -> list[str]:
         """`n` texts, one per line of the answer."""
-        parsed = await self.client.complete_parsed(
-            LLMRequest(cosy_messages(description, n), tag=self.tag), parse_lines(n)
-        )
+        messages = cosy_messages(description, n, self.settings.words_per_text)
+        parsed = await self.client.complete_parsed(LLMRequest(messages, tag=self.tag), parse_lines(n))
         return parsed.value
 
 
@@ -141,11 +182,19 @@ class CorpusRuleGenerator:
     name = "corpus-rule-composer"
     prompt_version = ""
 
-    def __init__(self, snippets: Sequence[CorpusSnippet], seed: int = 0, span: int = 24) -> None:
-        """Search `snippets` (e.g. windows outside the control slice); `span` tokens per composed text."""
+    def __init__(
+        self,
+        snippets: Sequence[CorpusSnippet],
+        seed: int = 0,
+        span: int = 24,
+        settings: CosyConfig | None = None,
+    ) -> None:
+        """Search `snippets` (e.g. windows outside the control slice); `span` tokens per composed text (the
+        settings' text length applies to LLM generators only; they are recorded with the scores)."""
         self.snippets = list(snippets)
         self.seed = seed
         self.span = span
+        self.settings = settings or CosyConfig()
 
     async def generate(self, description: str, n: int = N_TEXTS) -> list[str]:
         """Up to `n` texts; GeneratorError when no window matches any clause."""
@@ -197,7 +246,8 @@ class ModelFeatureMeans:
     memoised per text so the control set is encoded once for all features.
 
     `model` is a HookedTransformer, `encode` maps (N, d_in) hook activations to (N, d_sae) features (an SAE's
-    `encode`). Texts are tokenized without special tokens, truncated to `max_tokens`, prefixed with `bos_id`.
+    `encode`). Texts are tokenized without special tokens, truncated to `max_tokens` (`CosyConfig.max_tokens`:
+    128 by default, the reference's 512 in the paper preset), prefixed with `bos_id`.
     """
 
     def __init__(
@@ -270,12 +320,15 @@ class CosyScorer(ScorerDefaults):
         generator: LLMGenerator | CorpusRuleGenerator | None,
         activation_fn_for: Callable[[int], ActivationFn] | None,
         control_texts: Sequence[str],
+        settings: CosyConfig | None = None,
     ) -> None:
         """Generate with `generator`; measure with the model + SAE behind `activation_fn_for` (all three are needed
-        to score a live feature; dead ones are recorded without them)."""
+        to score a live feature; dead ones are recorded without them). `settings` (default: the generator's) are
+        recorded: the preset, the text length asked for and the token cut."""
         self.generator = generator
         self.activation_fn_for = activation_fn_for
         self.control_texts = list(control_texts)
+        self.settings = settings or getattr(generator, "settings", None) or CosyConfig()
 
     @classmethod
     def from_backends(cls, config: ScoreConfig, backends: ScoreBackends) -> CosyScorer:
@@ -291,8 +344,9 @@ class CosyScorer(ScorerDefaults):
         return str(getattr(self.generator, "prompt_version", ""))
 
     def key_params(self) -> dict[str, Any]:
-        """The control set's size."""
-        return {"n_control": len(self.control_texts)}
+        """The control set's size and the CoSy settings (preset, words per text, token cut)."""
+        settings = {k: v for k, v in asdict(self.settings).items() if k != "n_control"}
+        return {"n_control": len(self.control_texts), "cosy": settings}
 
     async def score(self, explanation: ExplanationRecord, tests: TestRecords | None) -> ScoreOutcome:
         """CoSy metrics of each description (a generator that finds nothing is a recorded failure)."""

@@ -1,7 +1,11 @@
 """Golden tests of the scorers' prompts: exact text and version constants."""
 
 from sae_workbench.evaluation.prompts.complexity import COMPLEXITY_PROMPT_VERSION, complexity_messages
-from sae_workbench.evaluation.prompts.cosy import COSY_PROMPT_VERSION, cosy_messages
+from sae_workbench.evaluation.prompts.cosy import (
+    COSY_PAPER_PROMPT_VERSION,
+    COSY_PROMPT_VERSION,
+    cosy_messages,
+)
 from sae_workbench.evaluation.prompts.detection import (
     DETECTION_PROMPT_VERSION,
     FUZZING_PROMPT_VERSION,
@@ -15,6 +19,7 @@ def test_versions() -> None:
     assert DETECTION_PROMPT_VERSION == "detection-v1"
     assert FUZZING_PROMPT_VERSION == "fuzzing-v2"
     assert COSY_PROMPT_VERSION == "cosy-generator-v1"
+    assert COSY_PAPER_PROMPT_VERSION == "cosy-generator-words-v1"
     assert COMPLEXITY_PROMPT_VERSION == "complexity-v1"
 
 
@@ -50,6 +55,13 @@ def test_cosy_and_complexity_prompts_golden() -> None:
         "Write 3 different short texts (one or two sentences each) that clearly include the following concept:\n"
         "dogs\n\n"
         "Write exactly 3 lines, one text per line, with no numbering, no quotes and no blank lines."
+    )
+    # The paper setting: as the reference, texts of a fixed number of words (512), one per line, the concept last.
+    (user,) = cosy_messages("dogs", 10, words=512)
+    assert user["content"] == (
+        "Write 10 texts of 512 words each. Put each text on a single line, one text per line, and add nothing else: "
+        "no formatting, no introduction, no explanation. Every text must stand on its own as one sample that could "
+        "be stored as a row of a text file. The texts should include:\ndogs"
     )
     (user,) = complexity_messages(['"dog"', "animals"])
     assert user["content"].endswith(

@@ -3,6 +3,7 @@
     workbench score --store runs/store.duckdb --sae <id> --scorer simulation --negatives similar_negative
     workbench score --store S --sae ID --scorer detection --negatives random --llm-model gpt-4o-mini
     workbench score --store S --sae ID --scorer cosy --sae-path runs/sae   # offline corpus-rule-composer generator
+    workbench score --store S --sae ID --scorer cosy --sae-path runs/sae --llm-model M --preset paper  # PRISM's
     workbench score --store S --sae ID --scorer polysemanticity            # PRISM: descriptions vs random baseline
     workbench score --store S --sae ID --scorer complexity --llm-model M   # an LLM rates each rule 0..5 (no offline)
     workbench report --store S --sae ID --format md --out report.md
@@ -14,6 +15,7 @@ named as such in every stored score. Rerunning a command skips explanations alre
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,7 @@ def parse_features(text: str | None) -> list[int] | None:
 
 
 def _cosy_backends(
-    store: Any, sae_id: str, sae_path: Path | None, control_size: int, seed: int
+    store: Any, sae_id: str, sae_path: Path | None, control_size: int, max_tokens: int
 ) -> dict[str, Any]:
     """Activation function, control texts and offline generator snippets for CoSy (loads model + SAE)."""
     from sae_workbench.corpus import default_bos_id, iter_windows, resolve_corpus
@@ -58,7 +60,7 @@ def _cosy_backends(
             f"{sae_path} is not SAE {sae_id} (its weights hash differently); pass the SAE you indexed"
         )
     bos_id = default_bos_id(model.tokenizer)
-    means = ModelFeatureMeans(model, record.hook, sae.encode, bos_id)
+    means = ModelFeatureMeans(model, record.hook, sae.encode, bos_id, max_tokens=max_tokens)
     # Control = a fixed held-out slice: the windows right after the indexed ones (never explained or scored).
     corpus = resolve_corpus(progress.corpus)
     control: list[str] = []
@@ -113,13 +115,19 @@ def score(
     sae_path: Path | None = typer.Option(
         None, help="SAE folder (cosy runs the model + SAE on generated texts)."
     ),
-    control_size: int = typer.Option(
-        200, help="CoSy control texts from the held-out corpus slice (paper: 1000)."
+    control_size: int | None = typer.Option(
+        None,
+        help="CoSy control texts from the held-out corpus slice (default: the preset's, 200; paper: 1000).",
+    ),
+    preset: str = typer.Option(
+        "default",
+        help="Settings of the cosy scorer: default (short texts, 200 control texts, texts cut at 128 tokens) or paper "
+        "(PRISM's reference: 512-word texts, 1000 control texts, cut at 512 tokens). Recorded with each score.",
     ),
     progress: bool = typer.Option(True, help="Show a progress bar."),
 ) -> None:
     """Score stored explanations with one scorer and one negative source; results go into the store."""
-    from sae_workbench.evaluation.cosy import CorpusRuleGenerator, LLMGenerator
+    from sae_workbench.evaluation.cosy import CorpusRuleGenerator, CosyConfig, LLMGenerator
     from sae_workbench.evaluation.detection import LLMClassifier
     from sae_workbench.evaluation.registry import scorer_class
     from sae_workbench.evaluation.score_job import ScoreBackends, ScoreConfig, run_scoring
@@ -134,6 +142,7 @@ def score(
         record_length=record_length,
     )
     method = scorer_class(scorer)  # an unknown name fails here, before the store opens
+    cosy = CosyConfig.named(preset)  # so does an unknown preset
     st = Store.open(store)
     backends = ScoreBackends()
     client = None
@@ -148,11 +157,15 @@ def score(
         backends.llm_usage = lambda: client.ledger.total.to_dict() if client else {}
         backends.llm_client = client
     if scorer == "cosy":
-        parts = _cosy_backends(st, sae, sae_path, control_size, seed)
+        if control_size is not None:
+            cosy = replace(cosy, n_control=control_size)
+        parts = _cosy_backends(st, sae, sae_path, cosy.n_control, cosy.max_tokens)
         backends.activation_fn_for = parts["activation_fn_for"]
         backends.control_texts = parts["control_texts"]
         backends.generator = (
-            LLMGenerator(client) if client else CorpusRuleGenerator(parts["snippets"], seed=seed)
+            LLMGenerator(client, settings=cosy)
+            if client
+            else CorpusRuleGenerator(parts["snippets"], seed=seed, settings=cosy)
         )
     result = run_scoring(
         st, sae, config, backends, explainer=explainer, features=parse_features(features), progress=progress
