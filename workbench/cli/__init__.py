@@ -92,6 +92,9 @@ def _register_stage_commands() -> None:
     from sae_workbench.cli.prism_table import prism_table1
 
     app.command("prism-table1")(prism_table1)
+    from sae_workbench.cli.hypothesis import hypothesis
+
+    app.command("hypothesis")(hypothesis)
     from sae_workbench.cli.attribute import attribute
 
     app.command("attribute")(attribute)
