@@ -6,6 +6,9 @@ reference code averages over padding, a bug we do not copy); keep texts at or ab
 `n_texts` evenly spaced by percentile; highlight tokens > 0 and above the text's 90th percentile, merging runs into
 "[ … ]" spans; embed the highlighted texts; cluster (KMeans k=5 with a fixed seed, or HDBSCAN min_cluster_size=2);
 describe each cluster from its ≤20 highest-scoring texts in ONE call (an LLM, or offline the lexical describer).
+
+Embeddings: all-MiniLM-L6-v2 by default (offline); the paper embeds with gte-Qwen2-1.5B-instruct, which
+`PrismConfig.paper()` names (`workbench explain --explainer prism --preset paper`, or `--embedding-model`).
 """
 
 from __future__ import annotations
@@ -17,11 +20,29 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from sae_workbench.embeddings import DEFAULT_EMBEDDING_MODEL
 from sae_workbench.examples.records import Record
-from sae_workbench.explainers.base import ExplainConfig, ExplainContext, Explanation, FeatureReader
+from sae_workbench.explainers.base import (
+    ExplainConfig,
+    ExplainContext,
+    ExplainJobError,
+    Explanation,
+    FeatureReader,
+)
 from sae_workbench.explainers.lexical import LEXICAL_VERSION, LexicalConfig, lexical_explain
 
 PRISM_VERSION = "prism-v2"  # v2: clusters carry the texts the describer saw
+
+PAPER_EMBEDDING_MODEL = "Alibaba-NLP/gte-Qwen2-1.5B-instruct"
+"""The reference's CLUSTER_EMBEDDING_MODEL_NAME (lkopf/prism src/utils/config.py), used for clustering and for the
+polysemanticity score (meta_evaluation.py)."""
+
+PRISM_PRESETS = ("default", "paper")
+"""Names `PrismConfig.preset` takes (`workbench explain --preset`)."""
+
+
+class PrismConfigError(ExplainJobError):
+    """Unknown PRISM preset or clustering method."""
 
 
 @dataclass(frozen=True)
@@ -42,6 +63,49 @@ class PrismConfig:
     """Texts per cluster shown to the describer (paper: ≤ 20, highest mean activation)."""
     seed: int = 0
     """KMeans seed."""
+    embedding_model: str = DEFAULT_EMBEDDING_MODEL
+    """sentence-transformers model that embeds the highlighted texts (offline default all-MiniLM-L6-v2; the paper:
+    gte-Qwen2-1.5B-instruct, `PAPER_EMBEDDING_MODEL`)."""
+    preset: str = "default"
+    """Which preset these settings come from ('default' or 'paper'); part of the provenance and config key."""
+
+    @classmethod
+    def paper(cls) -> PrismConfig:
+        """The reference's settings (lkopf/prism src/utils/config.py): texts in [p99, p100] (START_INTERVAL 0.99),
+        CLUSTER_N_SAMPLES = 1,000 picks, ACTIVATION_PERCENTILE = 90, KMeans N_CLUSTERS = 5, MAX_CLUSTER_SIZE = 20,
+        gte-Qwen2-1.5B-instruct embeddings, and its global seed 42 (set_seed(42)) for KMeans."""
+        return cls(
+            percentile=99.0, n_texts=1000, highlight_percentile=90.0, k=5, method="kmeans", per_cluster=20,
+            seed=42, embedding_model=PAPER_EMBEDDING_MODEL, preset="paper",
+        )  # fmt: skip
+
+    @classmethod
+    def named(cls, preset: str) -> PrismConfig:
+        """The settings of a preset by name (PrismConfigError for an unknown one)."""
+        if preset == "default":
+            return cls()
+        if preset == "paper":
+            return cls.paper()
+        raise PrismConfigError(f"unknown PRISM preset {preset!r}; choose one of {', '.join(PRISM_PRESETS)}")
+
+
+@dataclass(frozen=True)
+class SentenceEmbedder:
+    """A named sentence-transformers embedder (`embeddings.embed_texts` with `model`); its `name` is recorded."""
+
+    model: str = DEFAULT_EMBEDDING_MODEL
+    """sentence-transformers model name or path."""
+
+    @property
+    def name(self) -> str:
+        """The model's name, as recorded in provenance and score keys."""
+        return self.model
+
+    def __call__(self, texts: Sequence[str]) -> np.ndarray:
+        """(N, D) unit-norm embeddings."""
+        from sae_workbench.embeddings import embed_texts
+
+        return embed_texts(texts, model=self.model)
 
 
 @dataclass(frozen=True)
@@ -145,7 +209,7 @@ def cluster_labels(embeddings_ND: np.ndarray, config: PrismConfig) -> np.ndarray
             return np.zeros(n, dtype=np.int64)
         return HDBSCAN(min_cluster_size=2).fit_predict(embeddings_ND).astype(np.int64)
     if config.method != "kmeans":
-        raise ValueError(f"unknown clustering method {config.method!r}; use 'kmeans' or 'hdbscan'")
+        raise PrismConfigError(f"unknown clustering method {config.method!r}; use 'kmeans' or 'hdbscan'")
     from sae_workbench.explainers.kmeans import kmeans_labels
 
     # sklearn's KMeans algorithm (k-means++, 10 restarts keep clusters stable) without its per-call overhead.
@@ -244,12 +308,19 @@ class PrismExplainer:
     config: PrismConfig = field(default_factory=PrismConfig)
     """PRISM settings."""
     embed: Callable[[list[str]], Any] | None = None
-    """Text embedder (None: the default sentence-transformers model)."""
+    """Text embedder (None: `config.embedding_model` through sentence-transformers); an injected one is recorded
+    by its `name` attribute."""
 
     @classmethod
     def from_config(cls, config: ExplainConfig) -> PrismExplainer:
         """The paper's settings (PRISM reads none of the run's split options)."""
         return cls()
+
+    def embedding_model_name(self) -> str:
+        """The embedder actually used: an injected one's `name`, else `config.embedding_model`."""
+        if self.embed is None:
+            return self.config.embedding_model
+        return str(getattr(self.embed, "name", "custom-embedder"))
 
     def version(self, llm: bool) -> str:
         """Code version (offline: the lexical describer)."""
@@ -263,7 +334,7 @@ class PrismExplainer:
 
     def sampling(self) -> dict[str, Any]:
         """PRISM's settings."""
-        return {"prism": asdict(self.config)}
+        return {"prism": asdict(self.config) | {"embedding_model": self.embedding_model_name()}}
 
     def prepare(self, store: Any, sae_id: str) -> None:
         """Nothing to prepare."""
@@ -282,11 +353,9 @@ class PrismExplainer:
 
     async def explain(self, inputs: PrismInputs, ctx: ExplainContext) -> Explanation:
         """Embed, cluster and describe each cluster."""
-        from sae_workbench.embeddings import DEFAULT_EMBEDDING_MODEL, embed_texts
-
         client = ctx.client
         describe = None if client is None else (lambda texts: llm_describe(client, texts, ctx.tag))
-        inner = self.embed or embed_texts
+        inner = self.embed or SentenceEmbedder(self.config.embedding_model)
 
         def embed(texts: list[str]) -> np.ndarray:
             """The embedding model's pass, with the store file left to other processes meanwhile."""
@@ -296,6 +365,6 @@ class PrismExplainer:
         clusters = await prism_describe_selected(inputs.records, embed, self.config, describe)
         text = "\n".join(f"{i + 1}. {c.description}" for i, c in enumerate(clusters))
         shown = sorted({w for c in clusters for w in c.window_ids})
-        extra = {"clusters": [c.to_dict() for c in clusters], "embedding_model": DEFAULT_EMBEDDING_MODEL,
-                 "describer": "llm" if client is not None else "lexical"}  # fmt: skip
+        extra = {"clusters": [c.to_dict() for c in clusters], "embedding_model": self.embedding_model_name(),
+                 "preset": self.config.preset, "describer": "llm" if client is not None else "lexical"}  # fmt: skip
         return Explanation(text, None, shown, [], extra)
