@@ -9,8 +9,12 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 import typer
+
+if TYPE_CHECKING:
+    from sae_workbench.explainers.base import ExplainConfig, Explainer
 
 
 def explain(
@@ -40,6 +44,18 @@ def explain(
     record_len: int = typer.Option(
         32, help="Tokens per record shown or simulated, around each peak (tree paper: 32)."
     ),
+    preset: str = typer.Option(
+        "default",
+        help="Tree search settings: 'default' (spec: depth 3, width 3) or 'paper' (the reference's paper runs: depth "
+        "2, width 2, roots at temperature 1.0 with 5 few-shot examples, train positives only, train/valid scored on "
+        "0..5 values, stop rule after pruning). PRISM: 'paper' = the reference's settings (p99, 1000 texts, k 5, "
+        "gte-Qwen2-1.5B-instruct embeddings, seed 42). Recorded in each explanation's sampling.",
+    ),
+    embedding_model: str = typer.Option(
+        "",
+        help="PRISM: sentence-transformers model embedding the texts (default: the preset's; 'default' uses "
+        "all-MiniLM-L6-v2 offline in place of the paper's Alibaba-NLP/gte-Qwen2-1.5B-instruct).",
+    ),
 ) -> None:
     """Explain features with the lexical (offline), one-shot, tree or PRISM explainer; rerun to resume."""
     from sae_workbench.explainers.job import ExplainConfig, ExplainJob, parse_features
@@ -66,10 +82,11 @@ def explain(
         typer.echo(status.notice, err=True)
     st = Store.open(store)
     sae_row = st.get_sae(sae)
+    config = ExplainConfig(name, negatives=negatives, seed=seed, rule_cap=rule_cap, record_len=record_len)
     job = ExplainJob(
         st,
         sae,
-        ExplainConfig(name, negatives=negatives, seed=seed, rule_cap=rule_cap, record_len=record_len),
+        explainer_with_preset(config, preset, embedding_model),
         status.config,
         concurrency=concurrency,
     )
@@ -79,3 +96,26 @@ def explain(
         f"(of {summary.requested}) in {summary.seconds:.1f}s; LLM calls {summary.usage.calls}, "
         f"tokens {summary.usage.total_tokens}"
     )
+
+
+def explainer_with_preset(config: ExplainConfig, preset: str, embedding_model: str = "") -> Explainer[Any]:
+    """The run's explainer with a preset's settings ('default' leaves every explainer as configured); PRISM also
+    takes an embedding model."""
+    from dataclasses import replace
+
+    from sae_workbench.explainers.base import ExplainJobError
+    from sae_workbench.explainers.prism import PrismConfig, PrismExplainer
+    from sae_workbench.explainers.registry import make_explainer
+
+    if embedding_model and config.explainer != "prism":
+        raise ExplainJobError(
+            f"--embedding-model applies to the prism explainer only, not {config.explainer!r}"
+        )
+    if config.explainer == "prism":
+        prism = PrismConfig.named(preset)
+        return PrismExplainer(replace(prism, embedding_model=embedding_model) if embedding_model else prism)
+    if preset != "default":
+        raise ExplainJobError(
+            f"--preset {preset} exists for the tree and prism explainers only, not {config.explainer!r}"
+        )
+    return make_explainer(config)
