@@ -124,6 +124,11 @@ def score(
         help="Settings of the cosy scorer: default (short texts, 200 control texts, texts cut at 128 tokens) or paper "
         "(PRISM's reference: 512-word texts, 1000 control texts, cut at 512 tokens). Recorded with each score.",
     ),
+    embedding_model: str = typer.Option(
+        "",
+        help="sentence-transformers model of the polysemanticity and embedding scorers (default all-MiniLM-L6-v2 "
+        "offline; PRISM's paper: Alibaba-NLP/gte-Qwen2-1.5B-instruct). Recorded as the score's backend.",
+    ),
     progress: bool = typer.Option(True, help="Show a progress bar."),
 ) -> None:
     """Score stored explanations with one scorer and one negative source; results go into the store."""
@@ -145,6 +150,10 @@ def score(
     cosy = CosyConfig.named(preset)  # so does an unknown preset
     st = Store.open(store)
     backends = ScoreBackends()
+    if embedding_model:
+        from sae_workbench.explainers.prism import SentenceEmbedder
+
+        backends.embedder = SentenceEmbedder(embedding_model)
     client = None
     if llm_model:
         from sae_workbench.llm.cache import StoreCache
