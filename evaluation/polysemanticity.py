@@ -145,7 +145,8 @@ class PolysemanticityScorer(ScorerDefaults):
 
     @classmethod
     def from_backends(cls, config: ScoreConfig, backends: ScoreBackends) -> PolysemanticityScorer:
-        """The backends' embedder (all-MiniLM-L6-v2 by default)."""
+        """The backends' embedder (all-MiniLM-L6-v2 by default; `workbench score --embedding-model` names another,
+        e.g. the paper's gte-Qwen2-1.5B-instruct)."""
         embed = backends.embed()
         return cls(lambda texts: np.asarray(embed(texts)), backends.embedder_name(), config.seed)
 
@@ -181,5 +182,9 @@ class PolysemanticityScorer(ScorerDefaults):
             "n_descriptions": result.n_descriptions,
             "baseline_pool_descriptions": len(pool),
             "baseline_pool_features": len(np.unique(self._pool_feature[others])),
+            # The embedder of this score, and the one PRISM clustered the explanation's texts with (the reference
+            # uses gte-Qwen2-1.5B-instruct for both).
+            "embedding_model": self.embedding_model,
+            "explanation_embedding_model": explanation.extra.get("embedding_model"),
         }
         return ScoreOutcome(Status.OK, metrics, self.headline)
