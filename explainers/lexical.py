@@ -8,11 +8,16 @@ is its mean activation over the mean activation of all tokens. Rules are chosen 
 cover (times precision) until `rule_cap` rules or the remaining mass is small; a token rule whose active
 occurrences mostly follow one left token, and that is much more precise there, is narrowed to that context.
 
-Rule text (quoted JSON strings, matched case-insensitively after stripping spaces):
-    "york"               fires on the token "York"
-    "york" after "new"   fires on "York" when the token right before it is "New"
+Rule text (quoted JSON strings; a token matches a quoted string when they are equal after stripping the token's
+surrounding whitespace — case-sensitive, because case matters in code: "None" is not "none"):
+    "York"               fires on the token "York" (or " York"), not on "york"
+    "York" after "New"   fires on "York" when the token right before it is "New"
     "dog" or "cat"       alternatives
-Parenthesised parts are comments. Text without quotes is matched word by word (content words ≥ 3 letters).
+    "\\n"                 fires on a newline token: whitespace-only tokens are matched as they are and shown escaped
+                         (JSON escapes, plus \\uXXXX for other whitespace: four spaces of indentation read
+                         "\\u0020\\u0020\\u0020\\u0020"), never as an empty ""
+Parenthesised parts are comments. Text without quotes is matched word by word (content words ≥ 3 letters),
+case-insensitively: free text names words, not exact tokens.
 """
 
 from __future__ import annotations
@@ -42,7 +47,8 @@ from sae_workbench.examples.testsets import SplitConfig, prepare_split
 from sae_workbench.explainers.base import ExplainConfig, ExplainContext, Explanation, FeatureReader
 from sae_workbench.store import Store
 
-LEXICAL_VERSION = "lexical-v1"
+# v2: rules keep case and whitespace-only tokens (v1 lower-cased every token and could not name whitespace).
+LEXICAL_VERSION = "lexical-v2"
 _QUOTED_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
 _PAREN_RE = re.compile(r"\([^()]*\)")
 _WORD_RE = re.compile(r"[A-Za-z][A-Za-z'-]{2,}")
@@ -50,6 +56,15 @@ _STOPWORDS = frozenset(
     "the and for with that this from are was were token tokens word words fires activates activation on in of "
     "after before when text any its it".split()
 )
+
+
+def quote_token(token: str) -> str:
+    """A token as rule text: a JSON string (case kept; newline and tab escaped) whose other invisible whitespace is
+    written as \\uXXXX (spaces too when the token is only whitespace: `"\\u0020\\u0020"`, which HTML cannot
+    collapse), so a whitespace-only token is always visible and reads back with `json.loads`."""
+    quoted = json.dumps(token, ensure_ascii=False)
+    only_space = token.isspace()
+    return "".join(f"\\u{ord(c):04x}" if c.isspace() and (only_space or c != " ") else c for c in quoted)
 
 
 @dataclass(frozen=True)
@@ -94,12 +109,8 @@ class Candidate:
 
     def rule_text(self) -> str:
         """The rule's activates_on string."""
-        target = json.dumps(self.token, ensure_ascii=False)
-        return (
-            target
-            if self.context is None
-            else f"{target} after {json.dumps(self.context, ensure_ascii=False)}"
-        )
+        target = quote_token(self.token)
+        return target if self.context is None else f"{target} after {quote_token(self.context)}"
 
     def strength(self, global_max: float) -> int:
         """Expected activation on an occurrence on the 0..5 scale (at least 1)."""
@@ -231,7 +242,7 @@ class LexicalStats:
             return None
         left = self._prev[flat]
         starts = np.searchsorted(self._starts, flat, side="right") - 1
-        has_left = flat > self._starts[starts]  # position 0 of a record has no left token
+        has_left = (flat > self._starts[starts]) & (left > 0)  # position 0 of a record has no left token
         ctx = Counter(key_word(int(k)) for k in left[has_left])
         if not ctx:
             return None
@@ -302,7 +313,7 @@ def render_text(rules: Sequence[Rule], stats: LexicalStats | None = None) -> str
         if stats is not None and not contexts and len(targets) == 1:
             typical = stats.typical_context(targets[0])
             if typical is not None and typical[1] >= 0.5:
-                note += f", usually after {json.dumps(typical[0], ensure_ascii=False)}"
+                note += f", usually after {quote_token(typical[0])}"
         parts.append(f"{r.activates_on} ({note})")
     return "Lexical explainer (activation statistics, not an LLM): fires on " + "; ".join(parts) + "."
 
@@ -331,39 +342,58 @@ def _unquote(quoted: str) -> str:
     return value if isinstance(value, str) else quoted[1:-1]
 
 
-def parse_rule_text(text: str) -> tuple[list[str], list[str]]:
-    """(targets, contexts) named by a rule's text: quoted strings before/after ' after ', or content words."""
+@dataclass(frozen=True)
+class ParsedRule:
+    """What a rule's text names: exact (quoted) target tokens, or case-insensitive content words, and contexts."""
+
+    targets: tuple[str, ...]
+    """Quoted target tokens (`norm` form, case kept), matched exactly."""
+    words: tuple[str, ...]
+    """Lower-cased content words of unquoted text (only when nothing is quoted), matched case-insensitively."""
+    contexts: tuple[str, ...]
+    """Quoted left-context tokens (`norm` form), matched exactly; empty: any context."""
+
+
+def parse_rule(text: str) -> ParsedRule:
+    """Split a rule's text into exact quoted targets (before ' after '), contexts (after it), or content words."""
     body = _PAREN_RE.sub(" ", text)
     head, sep, tail = body.partition(" after ")
     targets = [norm(_unquote(q)) for q in _QUOTED_RE.findall(head)]
     contexts = [norm(_unquote(q)) for q in _QUOTED_RE.findall(tail)] if sep else []
-    if not targets:
-        targets = [w.lower() for w in _WORD_RE.findall(head) if w.lower() not in _STOPWORDS]
-    return [t for t in targets if t], [c for c in contexts if c]
+    words = [] if targets else [w.lower() for w in _WORD_RE.findall(head) if w.lower() not in _STOPWORDS]
+    return ParsedRule(
+        tuple(t for t in targets if t), tuple(w for w in words if w), tuple(c for c in contexts if c)
+    )
+
+
+def parse_rule_text(text: str) -> tuple[list[str], list[str]]:
+    """(targets, contexts) named by a rule's text: quoted strings before/after ' after ', or content words."""
+    parsed = parse_rule(text)
+    return [*parsed.targets, *parsed.words], list(parsed.contexts)
 
 
 def match_rule_text(text: str, tokens: Sequence[str]) -> np.ndarray:
     """(T,) bool: tokens the rule text matches (target token, right after a context token when one is named)."""
-    targets, contexts = parse_rule_text(text)
+    parsed = parse_rule(text)
     keys = [norm(t) for t in tokens]
-    tset, cset = set(targets), set(contexts)
+    tset, wset, cset = set(parsed.targets), set(parsed.words), set(parsed.contexts)
     out = np.zeros(len(keys), dtype=bool)
     for i, k in enumerate(keys):
-        if k and k in tset and (not cset or (i > 0 and keys[i - 1] in cset)):
+        if k and (k in tset or k.lower() in wset) and (not cset or (i > 0 and keys[i - 1] in cset)):
             out[i] = True
     return out
 
 
 @functools.lru_cache(maxsize=4096)
-def _rule_codes(text: str) -> tuple[np.ndarray, np.ndarray | None]:
-    """Key codes of a rule text's targets and contexts (None: no context named). Codes are assigned here when new,
-    so a record seen later with such a token gets the same code."""
-    targets, contexts = parse_rule_text(text)
+def _rule_codes(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
+    """Key codes of a rule text's exact targets, case-folded words and contexts (None: no context named). Codes are
+    assigned here when new, so a record seen later with such a token gets the same code."""
+    parsed = parse_rule(text)
 
-    def codes(keys: list[str]) -> np.ndarray:
+    def codes(keys: Sequence[str]) -> np.ndarray:
         return np.asarray([key_code(k) for k in keys if k], dtype=np.int64)
 
-    return codes(targets), (codes(contexts) if contexts else None)
+    return codes(parsed.targets), codes(parsed.words), (codes(parsed.contexts) if parsed.contexts else None)
 
 
 def _isin(codes: np.ndarray, wanted: np.ndarray) -> np.ndarray:
@@ -376,10 +406,13 @@ def _isin(codes: np.ndarray, wanted: np.ndarray) -> np.ndarray:
     return out
 
 
-def _match_codes(text: str, codes: np.ndarray, left: np.ndarray) -> np.ndarray:
-    """Rule matches over token key codes, given each token's left neighbour's code (0 where there is none)."""
-    targets, contexts = _rule_codes(text)
+def _match_codes(text: str, codes: np.ndarray, folded: np.ndarray, left: np.ndarray) -> np.ndarray:
+    """Rule matches over token key codes (exact and case-folded), given each token's left neighbour's exact code (0
+    where there is none)."""
+    targets, words, contexts = _rule_codes(text)
     hit = _isin(codes, targets)
+    if words.size:
+        hit |= _isin(folded, words)
     if contexts is not None and hit.any():
         hit &= _isin(left, contexts)
     return hit
@@ -396,7 +429,7 @@ def _left_codes(codes: np.ndarray, starts: np.ndarray) -> np.ndarray:
 def match_rule_record(text: str, record: Record) -> np.ndarray:
     """`match_rule_text` on a record, over its cached token key codes (no per-token string work)."""
     codes = record.key_codes
-    return _match_codes(text, codes, _left_codes(codes, np.zeros(1, dtype=np.int64)))
+    return _match_codes(text, codes, record.fold_codes, _left_codes(codes, np.zeros(1, dtype=np.int64)))
 
 
 class LexicalSimulator:
@@ -414,11 +447,12 @@ class LexicalSimulator:
             return []
         clauses = [c for c in explanation.split(";") if c.strip()]
         codes = np.concatenate([r.key_codes for r in records])
+        folded = np.concatenate([r.fold_codes for r in records])
         bounds = np.cumsum([len(r) for r in records])
         left = _left_codes(codes, np.concatenate(([0], bounds[:-1])))
         hit = np.zeros(codes.shape, dtype=bool)
         for clause in clauses:
-            hit |= _match_codes(clause, codes, left)
+            hit |= _match_codes(clause, codes, folded, left)
         return np.split(hit.astype(np.float64) * MAX_LEVEL, bounds[:-1])
 
 
@@ -525,10 +559,13 @@ __all__ = [
     "LexicalExplanation",
     "LexicalSimulator",
     "LexicalStats",
+    "ParsedRule",
     "lexical_explain",
     "match_rule_record",
     "match_rule_text",
+    "parse_rule",
     "parse_rule_text",
+    "quote_token",
     "rules_to_text",
     "simulate_rules_sync",
 ]

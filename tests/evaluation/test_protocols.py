@@ -41,9 +41,10 @@ def test_a_toy_explainer_and_scorer_join_with_one_line_each(planted, monkeypatch
     summary = ExplainJob(planted, PLANTED_SAE, config, progress=False).run([0, 2, 3])
     assert (summary.explained, summary.dead) == (2, 1)
     by_feature = {e.feature: e for e in planted.explanations(PLANTED_SAE, explainer="toy")}
-    # planted: feature 3 fires on LORD only; feature 0's strongest token is LORD (5.0 vs God 3.0, Israel 2.0)
-    assert by_feature[3].rules == [{"activates_on": '"lord"', "strength": 5}]
-    assert by_feature[0].rules == [{"activates_on": '"lord"', "strength": 5}]
+    # planted: feature 3 fires on LORD only; feature 0's strongest token is LORD (5.0 vs God 3.0, Israel 2.0);
+    # tokens keep their case (examples.records.norm)
+    assert by_feature[3].rules == [{"activates_on": '"LORD"', "strength": 5}]
+    assert by_feature[0].rules == [{"activates_on": '"LORD"', "strength": 5}]
     assert by_feature[2].status is Status.DEAD and by_feature[2].text == ""
 
     result = run_scoring(planted, PLANTED_SAE, ScoreConfig("toy", "RANDOM_NEGATIVE"), progress=False)

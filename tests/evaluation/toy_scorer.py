@@ -14,7 +14,7 @@ from sae_workbench.evaluation.base import (
     ScorerDefaults,
     TestRecords,
 )
-from sae_workbench.examples.records import norm
+from sae_workbench.examples.records import fold
 from sae_workbench.status import Status
 from sae_workbench.store import ExplanationRecord
 
@@ -47,8 +47,9 @@ class ToyScorer(ScorerDefaults):
     async def score(self, explanation: ExplanationRecord, tests: TestRecords | None) -> ScoreOutcome:
         """Hit rate on positives minus false-alarm rate on negatives."""
         assert tests is not None
-        quoted = {norm(json.loads(r["activates_on"])) for r in explanation.rules or []}
-        hits = [norm(r.tokens[int(r.acts.argmax())]) in quoted for r in tests.positives]
-        alarms = [any(norm(t) in quoted for t in r.tokens) for r in tests.negatives]
+        # the toy ignores case
+        quoted = {fold(json.loads(r["activates_on"])) for r in explanation.rules or []}
+        hits = [fold(r.tokens[int(r.acts.argmax())]) in quoted for r in tests.positives]
+        alarms = [any(fold(t) in quoted for t in r.tokens) for r in tests.negatives]
         rate = sum(hits) / len(hits) - (sum(alarms) / len(alarms) if alarms else 0.0)
         return ScoreOutcome(Status.OK, {"hit_rate": rate, "n_positives": len(hits)}, self.headline)

@@ -1,5 +1,7 @@
 """Lexical explainer and simulator on hand-built records."""
 
+import json
+
 import numpy as np
 import pytest
 
@@ -10,6 +12,7 @@ from sae_workbench.explainers.lexical import (
     lexical_explain,
     match_rule_text,
     parse_rule_text,
+    quote_token,
 )
 
 
@@ -21,8 +24,11 @@ def test_parse_and_match_rule_text():
     assert parse_rule_text('"york" after "new" (strength 5, usually after "x")') == (["york"], ["new"])
     assert parse_rule_text('"dog" or "cat"') == (["dog", "cat"], [])
     assert parse_rule_text("mentions of Python code") == (["mentions", "python", "code"], [])
-    toks = [" New", " York", " and", " york", " New", "York"]
-    assert match_rule_text('"york" after "new"', toks).tolist() == [False, True, False, False, False, True]
+    toks = [" New", " York", " and", " york", " New", "York", " new", " york"]
+    # Quoted tokens match exactly (case kept, surrounding spaces stripped); unquoted words ignore case.
+    assert match_rule_text('"York" after "New"', toks).tolist() == [0, 1, 0, 0, 0, 1, 0, 0]
+    assert match_rule_text('"york" after "new"', toks).tolist() == [0, 0, 0, 0, 0, 0, 0, 1]
+    assert match_rule_text("York city", toks).tolist() == [0, 1, 0, 1, 0, 1, 0, 1]
 
 
 def test_recovers_planted_tokens_and_context():
@@ -32,7 +38,7 @@ def test_recovers_planted_tokens_and_context():
         recs.append(rec(10 + i, [" old", " York", " dog", " x", " y", " z"], [0, 0, 4, 0, 0, 0]))
     out = lexical_explain(recs, LexicalConfig())
     texts = {r.activates_on: r.strength for r in out.rules}
-    assert texts == {'"dog"': 5, '"york" after "new"': 4}
+    assert texts == {'"dog"': 5, '"York" after "New"': 4}
     assert out.coverage == 1.0
     assert out.text.startswith("Lexical explainer (activation statistics, not an LLM)")
     pred = LexicalSimulator().simulate_sync(out.text, recs[:2])
@@ -80,3 +86,34 @@ def test_record_matching_by_key_codes_equals_matching_by_strings(seed):
         for clause in rules[1:4]:
             expected |= match_rule_text(clause, rec.tokens)
         assert pred.tolist() == (expected * 5.0).tolist()
+
+
+def test_code_tokens_keep_case_and_whitespace_contexts_are_visible():
+    """Issue 19 item 6: `None`/`True` are not lower-cased, and a whitespace-only context is shown escaped, never as
+    an empty "" (both planted: the feature fires on " None" and " True" right after a newline + indentation)."""
+    recs = []
+    for i in range(6):
+        recs.append(rec(i, [" x", " =", "\n", "    ", " None", " if", " y"], [0, 0, 0, 0, 4, 0, 0]))
+        recs.append(rec(10 + i, ["\n", " True", " and", " none", " true", " z"], [0, 3, 0, 0, 0, 0]))
+    out = lexical_explain(recs, LexicalConfig())
+    texts = [r.activates_on for r in out.rules]
+    assert texts == ['"None"', '"True"']
+    assert "none" not in out.text and "true" not in out.text
+    assert 'usually after "\\u0020\\u0020\\u0020\\u0020"' in out.text and 'usually after "\\n"' in out.text
+    assert 'after ""' not in out.text
+    # The rendered rules match the planted tokens and not their lower-case forms.
+    pred = LexicalSimulator().simulate_sync(out.text, recs[:2])
+    assert pred[0].tolist() == [0, 0, 0, 0, 5, 0, 0] and pred[1].tolist() == [0, 5, 0, 0, 0, 0]
+
+
+def test_quoted_whitespace_reads_back_and_matches_exactly():
+    for token in ["\n", "\n\n", "\t", "\u00a0", "  ", "None"]:
+        quoted = quote_token(token)
+        assert json.loads(quoted) == token
+        assert not any(c.isspace() for c in quoted), quoted  # every whitespace character is written escaped
+        assert match_rule_text(quoted, ["x", token, "\r\n", " "]).tolist() == [
+            False,
+            True,
+            False,
+            token == " ",
+        ]

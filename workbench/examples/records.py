@@ -19,8 +19,19 @@ MAX_LEVEL = 5
 
 
 def norm(token: str) -> str:
-    """Matching form of a token: stripped of surrounding whitespace and lower-cased."""
-    return token.strip().lower()
+    """Matching form of a token: surrounding whitespace stripped, case kept; a whitespace-only token stays as it is.
+
+    Case is kept because it matters in code (`None`, `True`, `self`): a quoted rule token matches exactly (see
+    `explainers.lexical`). Stripping merges the with- and without-space variants of a word (" York", "York"). A
+    whitespace-only token ("\n", "    ") keeps its characters, so a feature firing on newlines or indentation can
+    be named.
+    """
+    return token.strip() or token
+
+
+def fold(token: str) -> str:
+    """Case-insensitive matching form of a token (`norm`, lower-cased): for unquoted words of free text."""
+    return norm(token).lower()
 
 
 # Every normalised token string seen in this process gets a small integer (0 is the empty string), so rules match and
@@ -95,6 +106,11 @@ class Record:
     def key_codes(self) -> np.ndarray:
         """(T,) int64 `key_code` of each token's normalised form (computed once per record)."""
         return np.fromiter((key_code(norm(t)) for t in self.tokens), dtype=np.int64, count=len(self.tokens))
+
+    @functools.cached_property
+    def fold_codes(self) -> np.ndarray:
+        """(T,) int64 `key_code` of each token's case-folded form (`fold`; computed once per record)."""
+        return np.fromiter((key_code(fold(t)) for t in self.tokens), dtype=np.int64, count=len(self.tokens))
 
 
 def discretise(acts: np.ndarray, global_max: float) -> np.ndarray:
