@@ -24,6 +24,24 @@ class PlaygroundError(WorkbenchError):
     """The Playground cannot run: the SAE's files are unknown or the text is unusable."""
 
 
+class UnregisteredSAEError(PlaygroundError):
+    """A network-served app was asked to load SAE files other than those the store registered for the SAE."""
+
+
+def check_sae_allowed(record: SAERecord, sae_spec: str, on_network: bool) -> None:
+    """On an app served beyond loopback, only the registered SAE's recorded files may be loaded (any filesystem path
+    or registry id would let a visitor make the server read or download what they name)."""
+    if not on_network:
+        return
+    recorded = sae_location(record)
+    if recorded is None or sae_spec != recorded:
+        raise UnregisteredSAEError(
+            f"This app is served on the network, so the Playground loads only SAEs registered in the store, from "
+            f"the location the store recorded ({recorded or 'none recorded for SAE ' + record.sae_id}). Serve it "
+            f"on 127.0.0.1 (the default of `workbench app`) to load other SAE files."
+        )
+
+
 def sae_location(record: SAERecord) -> str | None:
     """Where the SAE's files are, as recorded in its cfg (None when the store does not say)."""
     for key in SAE_PATH_KEYS:

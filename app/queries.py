@@ -20,7 +20,7 @@ import streamlit as st
 
 from sae_workbench.app import playground
 from sae_workbench.app.semantic import ExplanationIndex
-from sae_workbench.app.settings import CACHE_TTL_S, configured_store_path
+from sae_workbench.app.settings import CACHE_TTL_S, app_read_only, configured_store_path, served_on_network
 from sae_workbench.app.views import (
     ExampleView,
     ExplanationHit,
@@ -32,6 +32,13 @@ from sae_workbench.app.views import (
     TokenFeatureHit,
 )
 from sae_workbench.errors import WorkbenchError
+from sae_workbench.explainers.manual import (
+    HypothesisError,
+    StoredHypothesis,
+    parse_hypothesis,
+    parse_rule_lines,
+    store_hypothesis,
+)
 from sae_workbench.status import Status
 from sae_workbench.store import Store
 from sae_workbench.store.errors import (
@@ -47,17 +54,21 @@ from sae_workbench.store.records import Example, SAERecord
 __all__ = [
     "FILL_COMMANDS",
     "FeatureOutOfRangeError",
+    "HypothesisError",
     "NotIndexedError",
     "PlaygroundError",
+    "ReadOnlyAppError",
     "StoreBusyError",
     "StoreCorruptError",
     "StoreError",
     "StoreNotFoundError",
     "UnknownSAEError",
+    "UnregisteredSAEError",
     "WorkbenchError",
 ]
 
 PlaygroundError = playground.PlaygroundError
+UnregisteredSAEError = playground.UnregisteredSAEError
 
 # How long a page waits for a writer's transaction before showing "store busy" (writers commit in short batches).
 BUSY_TIMEOUT_S = 8.0
@@ -78,6 +89,10 @@ FILL_COMMANDS = {
 
 class FeatureOutOfRangeError(WorkbenchError):
     """A feature index outside [0, d_sae) of its SAE."""
+
+
+class ReadOnlyAppError(WorkbenchError):
+    """The app serves its store read-only, so the hypothesis form cannot store anything."""
 
 
 # ---------------------------------------------------------------------------------------------- store handle
@@ -305,6 +320,35 @@ def _mentions(payload: Any, feature: int) -> Iterable[dict[str, Any]]:
             yield from _mentions(v, feature)
 
 
+# ---------------------------------------------------------------------------------------------- hypotheses (the one write)
+
+
+def writable(path: str) -> bool:
+    """Whether the feature page's hypothesis form may write to the store (not `--read-only`, file writable)."""
+    return not app_read_only(Path(path))
+
+
+def submit_hypothesis(
+    path: str, sae_id: str, feature: int, text: str, rule_lines: str, author: str
+) -> StoredHypothesis:
+    """Store a hand-written explanation as explainer `manual` (source "app") in one short write session.
+
+    The app's only write: the store is opened writable for this call alone (other queries keep their read-only
+    handle), and the caches are dropped so the page shows the new explanation. ReadOnlyAppError on a read-only app,
+    HypothesisError on bad text/rules, StoreBusyError when a job holds the store longer than BUSY_TIMEOUT_S.
+    """
+    if not writable(path):
+        raise ReadOnlyAppError(
+            "This app serves its store read-only; store a hypothesis with `workbench hypothesis --store STORE "
+            "--sae ID --feature F --text ...` instead."
+        )
+    hypothesis = parse_hypothesis(text, parse_rule_lines(rule_lines))
+    store = Store.open(path, busy_timeout_s=BUSY_TIMEOUT_S)
+    stored = store_hypothesis(store, sae_id, feature, hypothesis, author=author.strip(), source="app")
+    clear_caches()
+    return stored
+
+
 # ---------------------------------------------------------------------------------------------- search
 
 
@@ -456,8 +500,15 @@ def _pair(model_name: str, sae_spec: str, hook: str) -> tuple[Any, Any]:
     return playground.load_pair(model_name, sae_spec, hook)
 
 
+def playground_restricted() -> bool:
+    """Whether the Playground may load only registered SAEs (the app binds more than loopback)."""
+    return served_on_network()
+
+
 def run_playground(record: SAERecord, sae_spec: str, text: str, bos_id: int | None) -> PlaygroundResult:
-    """Per-token feature activations of `text` under the SAE (model + SAE cached for the server's life)."""
+    """Per-token feature activations of `text` under the SAE (model + SAE cached for the server's life); on a
+    network-served app only the SAE's registered files (UnregisteredSAEError otherwise)."""
+    playground.check_sae_allowed(record, sae_spec, playground_restricted())
     model, sae = _pair(record.model, sae_spec, record.hook)
     return playground.encode_text(model, sae, record.hook, text, bos_id)
 

@@ -7,6 +7,8 @@ import pandas as pd
 import streamlit as st
 
 from sae_workbench.app import queries, render, ui
+from sae_workbench.app.labels import readable_columns
+from sae_workbench.status import Status
 
 ui.page_setup()
 path = ui.require_store()
@@ -33,14 +35,21 @@ stats = dash.stats
 st.title(f"Feature {feature}")
 st.caption(f"SAE `{sae.sae_id}` · {sae.model} · {sae.hook} · corpus `{dash.corpus}`")
 
-if dash.explanations:
-    newest = dash.explanations[-1].explanation
+dead = stats.n_active == 0
+live_explanations = [e for e in dash.explanations if e.explanation.status is not Status.DEAD]
+if dead:
+    st.warning(
+        f"**Dead feature.** Feature {feature} never fired over the {dash.n_tokens:,} indexed tokens of corpus "
+        f"`{dash.corpus}`: it has no activations, examples or statistics to show."
+    )
+if live_explanations:
+    newest = live_explanations[-1].explanation
     st.markdown(
         f'<div class="wb-explanation" style="font-size:1.15rem">“{render.escape_text(newest.text)}”'
         f' <span class="wb-special">— {render.escape_text(newest.explainer)}</span></div>',
         unsafe_allow_html=True,
     )
-else:
+elif not dead:
     ui.fill_note("explanations for this feature", "explain")
 
 cols = st.columns(5)
@@ -51,11 +60,6 @@ cols[1].metric("Active windows", f"{stats.n_windows_active:,}")
 cols[2].metric("Max activation", f"{stats.max_value:.3f}")
 cols[3].metric("Mean (when active)", f"{stats.mean_value:.3f}")
 cols[4].metric("Explanations", len(dash.explanations))
-if stats.n_active == 0:
-    st.info(
-        "This feature never fired on the indexed tokens (dead over this corpus); there are no examples to show."
-    )
-
 left, right = st.columns([3, 2])
 with left:
     st.markdown("**Activation histogram** (active tokens)")
@@ -63,6 +67,8 @@ with left:
         mids = [(a + b) / 2 for a, b in zip(stats.hist_edges[:-1], stats.hist_edges[1:], strict=True)]
         st.bar_chart(pd.DataFrame({"activation": [round(m, 3) for m in mids], "tokens": stats.hist_counts}),
                      x="activation", y="tokens", height=200)  # fmt: skip
+    elif dead:
+        st.caption(f"None: the feature never fired over {dash.n_tokens:,} indexed tokens.")
     else:
         ui.fill_note("activation statistics", "index")
     if stats.quantiles:
@@ -180,15 +186,54 @@ def show_clusters(clusters: Any) -> None:
             st.markdown(f'<div class="wb-tokens">{render.escape_text(str(t))}</div>', unsafe_allow_html=True)
 
 
+def show_hypothesis_form() -> None:
+    """Store a hand-written explanation (explainer `manual`) of this feature, to score it like any other."""
+    stored_note = st.session_state.pop("hypothesis_stored", None)
+    if stored_note:
+        st.success(stored_note)
+    if not queries.writable(path):
+        st.info(
+            "This app serves its store read-only, so hypotheses cannot be stored here. Use "
+            f'`workbench hypothesis --store STORE --sae {sae.sae_id} --feature {feature} --text "..."`.'
+        )
+        return
+    with st.form("hypothesis_form"):
+        text = st.text_area("Hypothesis in words", key="hypothesis_text")
+        rules = st.text_area(
+            "Rules (optional), one per line: RULE | STRENGTH",
+            key="hypothesis_rules",
+            help='Lexical syntax: quoted tokens match exactly (case kept), e.g. `"LORD" after "the" | 4`; '
+            "strength 0..5, default 5.",
+        )
+        author = st.text_input("Your name (optional)", key="hypothesis_author")
+        submitted = st.form_submit_button("Store hypothesis")
+    if not submitted:
+        return
+    try:
+        stored = queries.submit_hypothesis(path, sae.sae_id, feature, text, rules, author)
+    except queries.WorkbenchError as err:
+        st.error(f"{type(err).__name__}: {err}")
+        return
+    st.session_state["hypothesis_stored"] = (
+        f"{'Stored' if stored.created else 'Already stored'} as explanation {stored.explanation_id} (explainer "
+        f"`manual`). Score it: `workbench score --store STORE --sae {sae.sae_id} --scorer detection "
+        f"--explainer manual --features {feature}`."
+    )
+    st.rerun()
+
+
 with tab_expl:
+    with st.expander("Score your own hypothesis", expanded=not live_explanations and not dead):
+        show_hypothesis_form()
     if not dash.explanations:
         ui.fill_note("explanations for this feature", "explain")
     for item in dash.explanations:
         e = item.explanation
+        shown = e.text if e.status is not Status.DEAD else f"(none: dead feature, status {e.status})"
         st.markdown(
             f'<div class="wb-explanation"><b>{render.escape_text(e.explainer)}</b> '
             f'<span class="wb-special">v{render.escape_text(e.explainer_version)} · '
-            f"{render.escape_text(e.llm_model or 'offline (no LLM)')}</span><br>{render.escape_text(e.text)}</div>",
+            f"{render.escape_text(e.llm_model or 'offline (no LLM)')}</span><br>{render.escape_text(shown)}</div>",
             unsafe_allow_html=True,
         )
         if item.scores:
@@ -233,6 +278,7 @@ with tab_expl:
                     "tokens_out": e.tokens_out,
                     "seconds": e.seconds,
                     "created_at": str(e.created_at),
+                    **({"submitted": e.extra["provenance"]} if "provenance" in e.extra else {}),
                 },
                 expanded=False,
             )
@@ -252,4 +298,6 @@ with tab_abs:
     elif not dash.absorption:
         st.caption("This feature is neither a main first-letter feature nor an absorber in the stored evals.")
     else:
-        st.dataframe(pd.DataFrame(dash.absorption), hide_index=True)
+        table = pd.DataFrame(dash.absorption)
+        table.columns = readable_columns(str(c) for c in table.columns)
+        st.dataframe(table, hide_index=True)

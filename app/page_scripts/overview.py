@@ -5,6 +5,7 @@ import pandas as pd
 import streamlit as st
 
 from sae_workbench.app import queries, ui
+from sae_workbench.app.labels import readable_columns
 
 ui.page_setup()
 path = ui.require_store()
@@ -94,7 +95,7 @@ with st.expander("Features by density"):
     features = ui.guarded(queries.feature_density_table, path, sae.sae_id)
     st.dataframe(features, hide_index=True, width="stretch", height=300)
 
-st.markdown("**Absorption** (first-letter task, SAEBench metrics; lower is better)")
+st.markdown("**Absorption** (first-letter task, SAEBench metrics)")
 absorption = [e for e in summary.evals if "absorption" in e.eval_type_id]
 if not absorption:
     ui.fill_note("absorption evals", "absorption")
@@ -105,7 +106,10 @@ for ev_record in absorption:
     st.caption(f"{ev_record.eval_type_id} · eval {ev_record.id} · {ev_record.created_at}")
     numeric = {k: v for k, v in flat.iloc[0].items() if isinstance(v, int | float)} if len(flat) else {}
     if numeric:
-        st.dataframe(pd.DataFrame([numeric]), hide_index=True)
+        st.dataframe(
+            pd.DataFrame([list(numeric.values())], columns=readable_columns(str(k) for k in numeric)),
+            hide_index=True,
+        )
     else:
         st.json(payload, expanded=False)
 

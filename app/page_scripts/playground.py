@@ -13,14 +13,31 @@ ui.sidebar_footer()
 st.title("Playground")
 
 recorded = queries.sae_location(sae)
+restricted = queries.playground_restricted()
+if restricted:
+    st.caption(
+        "Served on the network: the Playground loads only SAEs registered in the store, from the files the store "
+        "recorded (serve on 127.0.0.1 to load other SAE files)."
+    )
 sae_spec = st.text_input(
     "SAE files",
     value=recorded or "",
-    help="The SAE folder the store recorded; change it if the files moved.",
+    help="The SAE folder the store recorded"
+    + (" (fixed: this app is served on the network)." if restricted else "; change it if the files moved."),
     key="playground_sae_path",
+    disabled=restricted,
 )
+if restricted:
+    sae_spec = recorded or ""  # a disabled field's value is never trusted: the recorded location only
 if not sae_spec:
-    st.info("The store does not say where this SAE's files are. Enter the folder `workbench train` wrote.")
+    st.info(
+        "The store does not say where this SAE's files are. "
+        + (
+            "A network-served app loads only recorded SAE files: register it with `workbench index --sae PATH`."
+            if restricted
+            else "Enter the folder `workbench train` wrote."
+        )
+    )
     st.stop()
 text = st.text_area(
     "Text", value="In the beginning God created the heaven and the earth.", key="playground_text"

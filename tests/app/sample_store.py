@@ -52,6 +52,11 @@ class SampleStore:
     """A feature whose top examples include the window with `<script>` / `<img onerror>`."""
     xss_window: int
     """That window's id."""
+    plain_feature: int
+    """An active feature without explanations (the hypothesis form's tests store one for it)."""
+    dead_feature: int
+    """A feature that never fires (its encoder is zeroed and its bias -100), explained by the real lexical job,
+    which stores it as DEAD with an empty text."""
 
 
 def build_sample_store(folder: Path, *, d_sae: int = 128, k: int = 8, seed: int = 0) -> SampleStore:
@@ -72,8 +77,11 @@ def build_sample_store(folder: Path, *, d_sae: int = 128, k: int = 8, seed: int 
     torch.manual_seed(seed)
     sae = TopKSAE(TopKSAEConfig(d_in=model.cfg.d_model, d_sae=d_sae, k=k))
     sae.cfg.metadata.hook_name = HOOK
+    dead_feature = d_sae - 1
     with torch.no_grad():
         sae.b_enc.normal_(0, 0.1)
+        sae.W_enc[:, dead_feature] = 0.0
+        sae.b_enc[dead_feature] = -100.0
     sae_dir = save_sae(sae, folder / "sae")
 
     from sae_workbench.sae.io import compute_sae_id
@@ -112,8 +120,22 @@ def build_sample_store(folder: Path, *, d_sae: int = 128, k: int = 8, seed: int 
     order = np.argsort(np.abs(n_windows - len(windows) / 2), kind="stable")
     explained = next(int(active[i]) for i in order if int(active[i]) != xss_feature)
     _add_explanations(store, sae_id, explained, xss_feature, windows)
+    from sae_workbench.explainers.base import ExplainConfig
+    from sae_workbench.explainers.job import ExplainJob
+
+    ExplainJob(store, sae_id, ExplainConfig("lexical", negatives="RANDOM_NEGATIVE"), progress=False).run(
+        [dead_feature]
+    )
     return SampleStore(
-        folder / "store.duckdb", sae_id, sae_dir, d_sae, explained, xss_feature, xss_window.window_id
+        folder / "store.duckdb",
+        sae_id,
+        sae_dir,
+        d_sae,
+        explained,
+        xss_feature,
+        xss_window.window_id,
+        next(int(f) for f in active if int(f) not in (explained, xss_feature)),
+        dead_feature,
     )
 
 

@@ -1,6 +1,9 @@
 """End to end in a real headless Chromium: `workbench app` serves a sample store; the Feature page shows shaded
-tokens and explanations, HTML in the corpus stays text, and explanation search finds a feature."""
+tokens and explanations, HTML in the corpus stays text, and explanation search finds a feature. Issue 19: every page
+has its own URL, a dead feature is called dead, the hypothesis form stores a `manual` explanation, and an app bound
+beyond loopback fixes the Playground to registered SAEs (and `--read-only` hides the form)."""
 
+import contextlib
 import os
 import shutil
 import signal
@@ -57,14 +60,15 @@ def sample(app_sample_store: SampleStore) -> SampleStore:
     return app_sample_store
 
 
-@pytest.fixture(scope="module")
-def server(sample: SampleStore) -> Iterator[str]:
+@contextlib.contextmanager
+def _serve(store: Path, *extra: str) -> Iterator[str]:
+    """`workbench app` over `store` on a free port (extra CLI options appended); yields its loopback URL."""
     if not Path(CHROMIUM).exists():
         pytest.skip("Debian chromium not installed (make system-deps)")
     port = _free_port()
     workbench = Path(sys.executable).with_name("workbench")
     proc = subprocess.Popen(
-        [str(workbench), "app", "--store", str(sample.path), "--port", str(port)],
+        [str(workbench), "app", "--store", str(store), "--port", str(port), *extra],
         cwd=REPO,
         env={**os.environ, "HF_HUB_OFFLINE": "1"},
         stdout=subprocess.PIPE,
@@ -81,6 +85,26 @@ def server(sample: SampleStore) -> Iterator[str]:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+@pytest.fixture(scope="module")
+def served_store(sample: SampleStore, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A copy of the sample store (the hypothesis form writes to it)."""
+    path = tmp_path_factory.mktemp("served") / "store.duckdb"
+    shutil.copyfile(sample.path, path)
+    return path
+
+
+@pytest.fixture(scope="module")
+def server(served_store: Path) -> Iterator[str]:
+    with _serve(served_store) as url:
+        yield url
+
+
+@pytest.fixture(scope="module")
+def network_server(sample: SampleStore) -> Iterator[str]:
+    with _serve(sample.path, "--host", "0.0.0.0", "--read-only") as url:
+        yield url
 
 
 @pytest.fixture(scope="module")
@@ -147,4 +171,71 @@ def test_search_by_explanation_finds_the_feature(server: str, browser, sample: S
     page.screenshot(path=str(REPO / "artifacts" / "app-search.png"))
     link.click()
     page.get_by_text(f"Feature {sample.explained_feature}", exact=True).wait_for(timeout=60_000)
+    page.close()
+
+
+PAGE_TITLES = {"overview": "Overview", "feature": "Feature 0", "search": "Search", "playground": "Playground",
+               "compare": "Compare explainers and scorers"}  # fmt: skip
+
+
+def test_every_page_has_its_own_url(server: str, browser, sample: SampleStore) -> None:
+    page = browser.new_page()
+    for slug, title in PAGE_TITLES.items():
+        page.goto(f"{server}/{slug}?sae={sample.sae_id}&feature=0")
+        page.get_by_role("heading", name=title).first.wait_for(timeout=60_000)
+        assert "Page not found" not in page.locator("body").inner_text(), slug
+    page.goto(server)  # the root forwards to the Overview's own address
+    page.get_by_role("heading", name="Overview").first.wait_for(timeout=60_000)
+    page.wait_for_url("**/overview**", timeout=30_000)
+    page.close()
+
+
+def test_dead_feature_is_called_dead(server: str, browser, sample: SampleStore) -> None:
+    page = browser.new_page()
+    page.goto(f"{server}/feature?sae={sample.sae_id}&feature={sample.dead_feature}")
+    page.get_by_text("Dead feature.").first.wait_for(timeout=60_000)
+    body = page.locator("body").inner_text()
+    assert "indexed tokens of corpus" in body and "“”" not in body
+    assert "No activation statistics in the store yet" not in body
+    page.close()
+
+
+def test_hypothesis_form_stores_a_manual_explanation(
+    server: str, browser, sample: SampleStore, served_store: Path
+) -> None:
+    from sae_workbench.store import Store
+
+    feature = sample.plain_feature
+    page = browser.new_page(viewport={"width": 1400, "height": 1500})
+    page.goto(f"{server}/feature?sae={sample.sae_id}&feature={feature}")
+    page.get_by_role("tab", name="Explanations & scores").click(timeout=60_000)
+    page.get_by_label("Hypothesis in words").fill("the word God")
+    page.get_by_label("Rules (optional), one per line: RULE | STRENGTH").fill('"God" | 4')
+    page.get_by_role("button", name="Store hypothesis").click()
+    page.get_by_text("Stored as explanation").first.wait_for(timeout=60_000)
+    rows = Store.open(served_store, read_only=True).explanations(sample.sae_id, feature, explainer="manual")
+    assert [(e.text, e.rules, e.extra["provenance"]["source"]) for e in rows] == [
+        ("the word God", [{"activates_on": '"God"', "strength": 4}], "app")
+    ]
+    page.close()
+
+
+def test_network_served_app_fixes_the_playground_to_registered_saes(
+    server: str, network_server: str, browser, sample: SampleStore
+) -> None:
+    page = browser.new_page()
+    page.goto(f"{network_server}/playground?sae={sample.sae_id}")
+    page.get_by_text("loads only SAEs registered in the store").first.wait_for(timeout=60_000)
+    field = page.get_by_label("SAE files")
+    assert field.is_disabled() and field.input_value() == str(sample.sae_dir)
+    page.goto(f"{network_server}/feature?sae={sample.sae_id}&feature={sample.explained_feature}")
+    page.get_by_role("tab", name="Explanations & scores").click(timeout=60_000)
+    page.get_by_text("serves its store read-only").first.wait_for(timeout=30_000)
+    assert page.get_by_role("button", name="Store hypothesis").count() == 0
+    # The same store served on loopback keeps the field editable.
+    page.goto(f"{server}/playground?sae={sample.sae_id}")
+    field = page.get_by_label("SAE files")
+    field.wait_for(timeout=60_000)
+    assert not field.is_disabled()
+    assert page.get_by_text("loads only SAEs registered in the store").count() == 0
     page.close()

@@ -52,10 +52,12 @@ def test_overview_lists_sae_metrics_dead_dense_and_absorption(sample: SampleStor
     metrics = {m.label: m.value for m in at.metric}
     assert metrics["Dead (↓)"] == f"{sample.d_sae - active:,}"
     assert metrics["Explained variance (↑)"] == "0.420"
-    absorption = [d.value for d in at.dataframe if "mean.mean_absorption_fraction_score" in d.value.columns]
-    assert absorption and float(
-        absorption[0].iloc[0]["mean.mean_absorption_fraction_score"]
-    ) == pytest.approx(0.12)
+    # Absorption metrics by name and better direction, not raw SAEBench keys (issue 19, item 5).
+    name = "Absorption fraction, mean over letters (↓ better)"
+    absorption = [d.value for d in at.dataframe if name in d.value.columns]
+    assert absorption and float(absorption[0].iloc[0][name]) == pytest.approx(0.12)
+    assert float(absorption[0].iloc[0]["Split features per letter, mean (↓ better)"]) == pytest.approx(1.3)
+    assert not any("mean_absorption" in str(c) for d in at.dataframe for c in d.value.columns)
 
 
 def test_feature_page_shows_the_full_dashboard(sample: SampleStore, monkeypatch) -> None:
@@ -72,8 +74,9 @@ def test_feature_page_shows_the_full_dashboard(sample: SampleStore, monkeypatch)
     assert "RANDOM_NEGATIVE" in md and "SIMILAR_NEGATIVE" in md
     scores = [d.value for d in at.dataframe if "scorer" in d.value.columns]
     assert len(scores) == 3 and set(scores[0]["negatives"]) == {"RANDOM_NEGATIVE", "SIMILAR_NEGATIVE", "–"}
-    absorption = [d.value for d in at.dataframe if "first_letter" in d.value.columns]
-    assert absorption and list(absorption[0]["first_letter"]) == ["g"]
+    absorption = [d.value for d in at.dataframe if "First letter" in d.value.columns]
+    assert absorption and list(absorption[0]["First letter"]) == ["g"]
+    assert absorption[0].iloc[0]["Absorption fraction (↓ better)"] == pytest.approx(0.2)
     assert [t.label for t in at.tabs][:2] == ["Top examples", "Quantile examples"]
 
 
@@ -238,3 +241,113 @@ def test_pages_keep_working_while_a_writer_process_commits(
     time.sleep(0.1)
     at = run_page("feature", path, monkeypatch, sae=sample.sae_id, feature=str(feature))
     assert {m.label: m.value for m in at.metric}["Explanations"] == str(before + n)
+
+
+def test_dead_feature_says_dead_over_how_many_tokens(sample: SampleStore, monkeypatch) -> None:
+    """Issue 19 item 5: a never-firing feature is called dead with the token count, not an empty headline `“”` and
+    a note to fill statistics that exist."""
+    at = run_page("feature", sample.path, monkeypatch, sae=sample.sae_id, feature=str(sample.dead_feature))
+    store = Store.open(sample.path, read_only=True)
+    progress = store.index_progress(sample.sae_id)
+    assert progress is not None
+    stored = store.explanations(sample.sae_id, sample.dead_feature)
+    assert [e.status.value for e in stored] == ["dead"] and stored[0].text == ""
+    warning = at.warning[0].value
+    assert (
+        "Dead feature" in warning and f"never fired over the {progress.n_tokens:,} indexed tokens" in warning
+    )
+    md = markdown_text(at)
+    assert "“”" not in md and "(none: dead feature" in md
+    captions = " ".join(c.value for c in at.caption)
+    assert "No activation statistics" not in captions and "never fired over" in captions
+
+
+def _copy(sample: SampleStore, tmp_path: Path) -> Path:
+    path = tmp_path / "store.duckdb"
+    shutil.copyfile(sample.path, path)
+    return path
+
+
+def test_hypothesis_form_stores_a_manual_explanation(
+    sample: SampleStore, tmp_path: Path, monkeypatch
+) -> None:
+    """Issue 19 item 3 from the feature page: stored as explainer `manual` with source "app", shown after storing,
+    idempotent, and a bad rule is refused with its reason and nothing stored."""
+    path = _copy(sample, tmp_path)
+    feature = sample.plain_feature
+    at = run_page("feature", path, monkeypatch, sae=sample.sae_id, feature=str(feature))
+    at.text_area(key="hypothesis_rules").set_value('"God" | 9')
+    at.button[[b.label for b in at.button].index("Store hypothesis")].click().run()
+    assert "strength" in at.error[0].value and "HypothesisError" in at.error[0].value
+    assert Store.open(path, read_only=True).explanations(sample.sae_id, feature, explainer="manual") == []
+    at.text_area(key="hypothesis_text").set_value("the word God")
+    at.text_area(key="hypothesis_rules").set_value('"God" | 4\n"Lord"')
+    at.text_input(key="hypothesis_author").set_value("ada")
+    at.button[[b.label for b in at.button].index("Store hypothesis")].click().run()
+    assert not at.exception and not at.error
+    assert "Stored as explanation" in at.success[0].value
+    rows = Store.open(path, read_only=True).explanations(sample.sae_id, feature, explainer="manual")
+    assert len(rows) == 1
+    e = rows[0]
+    assert e.text == "the word God" and e.rules == [{"activates_on": '"God"', "strength": 4},
+                                                     {"activates_on": '"Lord"', "strength": 5}]  # fmt: skip
+    assert e.extra["provenance"]["source"] == "app" and e.extra["provenance"]["author"] == "ada"
+    assert "the word God" in markdown_text(at)  # the page shows it as the headline now
+    at.button[[b.label for b in at.button].index("Store hypothesis")].click().run()
+    assert "Already stored" in at.success[0].value
+    assert len(Store.open(path, read_only=True).explanations(sample.sae_id, feature, explainer="manual")) == 1
+
+
+def test_read_only_app_offers_no_hypothesis_form(sample: SampleStore, monkeypatch) -> None:
+    monkeypatch.setenv("WORKBENCH_APP_READ_ONLY", "1")
+    at = run_page(
+        "feature", sample.path, monkeypatch, sae=sample.sae_id, feature=str(sample.explained_feature)
+    )
+    assert any("read-only" in i.value and "workbench hypothesis" in i.value for i in at.info)
+    assert "Store hypothesis" not in [b.label for b in at.button]
+    with pytest.raises(queries.ReadOnlyAppError):
+        queries.submit_hypothesis(str(sample.path), sample.sae_id, 0, "x", "", "")
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("localhost", True), ("::1", True), ("127.0.0.5", True), ("0.0.0.0", False),
+     ("192.168.1.4", False), ("::", False), ("example.org", False), (None, False), ("", False)],
+)  # fmt: skip
+def test_loopback_addresses(host: str | None, loopback: bool) -> None:
+    from sae_workbench.app.settings import is_loopback
+
+    assert is_loopback(host) is loopback
+
+
+@pytest.fixture()
+def bind_address():
+    from streamlit import config
+
+    before = config.get_option("server.address")
+
+    def set_to(host: str | None) -> None:
+        config.set_option("server.address", host)
+
+    yield set_to
+    config.set_option("server.address", before)
+
+
+def test_network_served_playground_loads_only_registered_saes(
+    sample: SampleStore, tmp_path: Path, monkeypatch, bind_address
+) -> None:
+    """Issue 19 item 7: bound beyond loopback, the SAE field is fixed to the registered files and any other path or
+    registry id is refused before anything loads; on loopback the field stays editable."""
+    record = Store.open(sample.path, read_only=True).get_sae(sample.sae_id)
+    bind_address("0.0.0.0")
+    at = run_page("playground", sample.path, monkeypatch, sae=sample.sae_id)
+    field = at.text_input(key="playground_sae_path")
+    assert field.disabled and field.value == str(sample.sae_dir)
+    assert any("loads only SAEs registered in the store" in c.value for c in at.caption)
+    for other in (str(tmp_path), "gpt2-small-res-jb/blocks.0.hook_resid_pre"):
+        with pytest.raises(queries.UnregisteredSAEError, match="registered in the store"):
+            queries.run_playground(record, other, "God said", None)
+    bind_address("127.0.0.1")
+    at = run_page("playground", sample.path, monkeypatch, sae=sample.sae_id)
+    assert not at.text_input(key="playground_sae_path").disabled
+    assert not any("loads only SAEs registered" in c.value for c in at.caption)
