@@ -23,7 +23,8 @@ from typing import Any, ClassVar, Protocol
 
 import numpy as np
 
-from sae_workbench.examples.records import Record
+from sae_workbench.errors import WorkbenchError
+from sae_workbench.examples.records import Record, discretise
 from sae_workbench.examples.rules import DEFAULT_RULE_CAP, Rule, rules_to_text
 from sae_workbench.examples.testsets import FeatureSplit, SplitConfig, Third, prepare_split
 from sae_workbench.explainers.base import (
@@ -55,27 +56,72 @@ from sae_workbench.store import Store
 
 log = logging.getLogger(__name__)
 
-TREE_VERSION = "tree-v1"
+TREE_VERSION = "tree-v2"
 
 
 @dataclass(frozen=True)
 class TreeConfig:
-    """Search settings; defaults are the paper's."""
+    """Search settings. The defaults are the spec's (tree-explainer.md, from ref `complementary_sentences.py`);
+    `TreeConfig.paper()` sets every parameter to the reference's paper runs (fidelity audit §2.1-2.2)."""
 
     roots: int = 3
     """Root explanations sampled from the train positives (paper: 3)."""
     branching: int = 2
     """Children proposed per node (paper: 2)."""
     width: int = 3
-    """Children kept per level, by train score (paper: 3)."""
+    """Children kept per level, by train score (spec: 3; ref's paper runs: 2)."""
     depth: int = 3
-    """Rounds of revision after the roots (paper: 3)."""
+    """Rounds of revision after the roots (spec: 3; ref's paper runs: 2)."""
     stop_score: float = 0.9
     """Stop when the best train score reaches this (paper: 0.9)."""
     temperature: float = 1.2
-    """Proposer sampling temperature (paper: 1.2)."""
+    """Proposer sampling temperature of the revisions (paper: 1.2)."""
     rule_cap: int = DEFAULT_RULE_CAP
     """Most rules per explanation (paper: 5)."""
+    root_temperature: float | None = None
+    """Sampling temperature of the roots (None: `temperature`; ref: 1.0, `OneShotExplainerParams`)."""
+    root_few_shot: bool = False
+    """Show the roots' prompt 5 worked examples first (ref: yes, `RecordExampleSet.ORIGINAL`; ours are our own)."""
+    train_negatives: bool = True
+    """The train split holds its negatives too (ref's `--include_train_negatives` variant; ref default: no)."""
+    score_discretised: bool = False
+    """Score train and valid against the discretised 0..5 values, as ref does (`format_records` before scoring);
+    False: raw activations, as the test scores are."""
+    stop_on_roots: bool = True
+    """Check the stop rule on the roots too (ref checks only after each level's pruning)."""
+    preset: str = "default"
+    """Name of the preset these settings came from (provenance and config key)."""
+
+    @classmethod
+    def paper(cls, rule_cap: int = DEFAULT_RULE_CAP) -> TreeConfig:
+        """The reference's paper runs (ref `explainer_comparison.py:145-158`, `explainer.py:210,294-309,450`,
+        `experiment.py:234-244`): depth 2, width 2, 3 roots at temperature 1.0 with 5 few-shot examples, children at
+        1.2, rule cap 5, train positives only, train/valid scored on the 0..5 values, stop rule after pruning."""
+        return cls(roots=3, branching=2, width=2, depth=2, stop_score=0.9, temperature=1.2, rule_cap=rule_cap,
+                   root_temperature=1.0, root_few_shot=True, train_negatives=False, score_discretised=True,
+                   stop_on_roots=False, preset="paper")  # fmt: skip
+
+    @property
+    def roots_temperature(self) -> float:
+        """The temperature roots are sampled at."""
+        return self.temperature if self.root_temperature is None else self.root_temperature
+
+
+TREE_PRESETS = ("default", "paper")
+"""Names `tree_preset` accepts."""
+
+
+def tree_preset(name: str, rule_cap: int = DEFAULT_RULE_CAP) -> TreeConfig:
+    """The search settings a preset names ('default': the spec's; 'paper': the reference's paper runs)."""
+    if name == "paper":
+        return TreeConfig.paper(rule_cap)
+    if name == "default":
+        return TreeConfig(rule_cap=rule_cap)
+    raise TreePresetError(f"unknown tree preset {name!r}; choose one of {', '.join(TREE_PRESETS)}")
+
+
+class TreePresetError(WorkbenchError):
+    """A preset name that does not exist."""
 
 
 @dataclass(frozen=True)
@@ -169,8 +215,11 @@ class Proposer(Protocol):
         """`n` (or fewer, if some failed) root explanations from the train split."""
         ...
 
-    async def children(self, node: TreeNode, n: int, global_max: float) -> list[tuple[str, tuple[Rule, ...]]]:
-        """Up to `n` (improvement, rules) revisions of `node` given its feedback."""
+    async def children(
+        self, branch: Sequence[TreeNode], train: Split, n: int, global_max: float
+    ) -> list[tuple[str, tuple[Rule, ...]]]:
+        """Up to `n` (improvement, rules) revisions of the branch's last node (`branch`: root first) given its
+        feedback, the train records and the branch's history."""
         ...
 
 
@@ -196,11 +245,17 @@ class _Truth:
         return self.train.t.size
 
     @classmethod
-    def of(cls, splits: TreeSplits) -> _Truth:
-        """Concatenate the splits' records."""
+    def of(cls, splits: TreeSplits, global_max: float | None = None) -> _Truth:
+        """Concatenate the splits' records (their values discretised to 0..5 against `global_max` when given)."""
         train, valid = splits.train.records, splits.valid.records
-        t_train = np.concatenate([r.acts for r in train]).astype(np.float64) if train else np.zeros(0)
-        t_valid = np.concatenate([r.acts for r in valid]).astype(np.float64) if valid else np.zeros(0)
+
+        def values(records: tuple[Record, ...]) -> np.ndarray:
+            if not records:
+                return np.zeros(0)
+            acts = np.concatenate([r.acts for r in records])
+            return (acts if global_max is None else discretise(acts, global_max)).astype(np.float64)
+
+        t_train, t_valid = values(train), values(valid)
         sizes = np.asarray([len(r) for r in train], dtype=np.int64)
         return cls(
             (*train, *valid),
@@ -237,7 +292,7 @@ async def tree_search(
     """Run the tree search and return the best-validation node and the whole tree."""
     # Nodes share rules with their parents and siblings: simulate each (rule, split) once per search.
     simulator = MemoSimulator(simulator)
-    truth = _Truth.of(splits)
+    truth = _Truth.of(splits, global_max if config.score_discretised else None)
     nodes: list[TreeNode] = []
     root_rules = await proposer.roots(splits.train, config.roots, global_max)
     if not root_rules:
@@ -247,11 +302,17 @@ async def tree_search(
     await asyncio.gather(*(_score(n, splits, truth, simulator, global_max) for n in frontier))
     stopped = False
     for level in range(1, config.depth + 1):
-        if max(_key(n.train_score) for n in frontier) >= config.stop_score:
+        # The stop rule: ref checks it after each level's pruning only (not on the roots; `stop_on_roots=False`).
+        if (level > 1 or config.stop_on_roots) and max(
+            _key(n.train_score) for n in frontier
+        ) >= config.stop_score:
             stopped = True
             break
         proposals = await asyncio.gather(
-            *(proposer.children(n, config.branching, global_max) for n in frontier)
+            *(
+                proposer.children(_branch(nodes, n), splits.train, config.branching, global_max)
+                for n in frontier
+            )
         )
         children: list[TreeNode] = []
         for parent, revs in zip(frontier, proposals, strict=True):
@@ -265,6 +326,14 @@ async def tree_search(
         frontier = sorted(children, key=lambda n: (-_key(n.train_score), n.id))[: config.width]
     best = max(nodes, key=lambda n: (_key(n.valid_score), -n.id))
     return TreeResult(best, tuple(nodes), stopped)
+
+
+def _branch(nodes: Sequence[TreeNode], node: TreeNode) -> list[TreeNode]:
+    """The nodes from the root down to `node` (ids are positions in `nodes`)."""
+    path = [node]
+    while path[-1].parent is not None:
+        path.append(nodes[path[-1].parent])
+    return path[::-1]
 
 
 # ---------------------------------------------------------------------------------------------- proposers
@@ -302,7 +371,7 @@ class LexicalEditor:
         weights = np.exp(-np.arange(len(cands)) / max(self.config.temperature, 1e-6))
         out: list[tuple[Rule, ...]] = []
         for _ in range(4 * n):
-            k = int(self.rng.integers(1, min(2, len(cands)) + 1))
+            k = int(self.rng.integers(1, min(2, len(cands), self.config.rule_cap) + 1))  # never over the cap
             idx = self.rng.choice(len(cands), size=k, replace=False, p=weights / weights.sum())
             rules = tuple(Rule(cands[i].rule_text(), cands[i].strength(global_max)) for i in sorted(idx))
             if rules not in out:
@@ -311,8 +380,11 @@ class LexicalEditor:
                 break
         return out
 
-    async def children(self, node: TreeNode, n: int, global_max: float) -> list[tuple[str, tuple[Rule, ...]]]:
-        """Up to `n` distinct edits of the node's rules driven by its worst record."""
+    async def children(
+        self, branch: Sequence[TreeNode], train: Split, n: int, global_max: float
+    ) -> list[tuple[str, tuple[Rule, ...]]]:
+        """Up to `n` distinct edits of the last node's rules driven by its worst record (no history)."""
+        node = branch[-1]
         fb = node.feedback
         tokens = [f.token for f in fb]
         edits: list[tuple[str, tuple[Rule, ...]]] = []
@@ -370,7 +442,8 @@ class LexicalEditor:
 
 
 class LLMProposer:
-    """Proposes roots with the one-shot structured prompt and revisions with the tree revision prompt."""
+    """Proposes roots with the one-shot structured prompt (few-shot when configured) and revisions by continuing the
+    branch's conversation (`explainers.prompts.tree.revision_messages`)."""
 
     def __init__(self, client: Any, config: TreeConfig, tag: str = "") -> None:
         """Use `client` (an LLMClient); usage is accounted under `tag`."""
@@ -379,33 +452,35 @@ class LLMProposer:
         self.tag = tag
 
     async def roots(self, train: Split, n: int, global_max: float) -> list[tuple[Rule, ...]]:
-        """`n` samples of the one-shot structured prompt at the tree temperature, from the train positives."""
+        """`n` samples of the one-shot structured prompt at the roots' temperature, from the train positives."""
         from sae_workbench.examples.rules import parse_rules
-        from sae_workbench.explainers.oneshot import structured_request
-        from sae_workbench.llm.client import LLMMalformedOutputError
+        from sae_workbench.explainers.prompts.oneshot import structured_messages
+        from sae_workbench.llm.client import LLMMalformedOutputError, LLMRequest
         from sae_workbench.llm.jsonparse import parse_json_strict
 
-        cap = self.config.rule_cap
+        cfg = self.config
+        messages = structured_messages(train.positives, global_max, cfg.rule_cap, few_shot=cfg.root_few_shot)
         reqs = [
-            structured_request(
-                train.positives, global_max, cap, tag=self.tag, temperature=self.config.temperature, sample=i
-            )
-            for i in range(n)
+            LLMRequest(messages, tag=self.tag, temperature=cfg.roots_temperature, sample=i) for i in range(n)
         ]
         results = await self.client.parse_samples_settled(
-            reqs, lambda t: parse_rules(parse_json_strict(t), cap)
+            reqs, lambda t: parse_rules(parse_json_strict(t), cfg.rule_cap)
         )
         return [r.value for r in results if not isinstance(r, LLMMalformedOutputError)]
 
-    async def children(self, node: TreeNode, n: int, global_max: float) -> list[tuple[str, tuple[Rule, ...]]]:
-        """`n` samples of the revision prompt for this node."""
-        from sae_workbench.explainers.prompts.tree import parse_revision, revise_prompt
-        from sae_workbench.llm.client import LLMMalformedOutputError, LLMRequest, chat
+    async def children(
+        self, branch: Sequence[TreeNode], train: Split, n: int, global_max: float
+    ) -> list[tuple[str, tuple[Rule, ...]]]:
+        """`n` samples continuing the branch's conversation (every train record, every earlier explanation and its
+        feedback)."""
+        from sae_workbench.explainers.prompts.tree import Turn, parse_revision, revision_messages
+        from sae_workbench.llm.client import LLMMalformedOutputError, LLMRequest
 
         cap = self.config.rule_cap
-        system, user = revise_prompt(node.rules, node.train_score, node.feedback, cap)
+        turns = [Turn(b.improvement, b.rules, b.train_score, b.feedback) for b in branch]
+        messages = revision_messages(train.records, global_max, turns, cap)
         reqs = [
-            LLMRequest(chat(user, system), tag=self.tag, temperature=self.config.temperature, sample=i)
+            LLMRequest(messages, tag=self.tag, temperature=self.config.temperature, sample=i)
             for i in range(n)
         ]
         results = await self.client.parse_samples_settled(reqs, lambda t: parse_revision(t, cap))
@@ -454,6 +529,11 @@ class TreeExplainer:
         """Build from the run's options."""
         return cls(config.split(), config.record_len, TreeConfig(rule_cap=config.rule_cap))
 
+    @classmethod
+    def with_preset(cls, config: ExplainConfig, preset: str) -> TreeExplainer:
+        """Build from the run's options with a preset's search settings (`tree_preset`; the run's rule cap)."""
+        return cls(config.split(), config.record_len, tree_preset(preset, config.rule_cap))
+
     def version(self, llm: bool) -> str:
         """Code version (the offline variant runs the lexical editor and simulator)."""
         return TREE_VERSION if llm else f"{TREE_VERSION}+{LEXICAL_VERSION}"
@@ -462,29 +542,37 @@ class TreeExplainer:
         """Versions of the root, revision and simulation prompts."""
         from sae_workbench.explainers.prompts import oneshot, simulate, tree
 
-        return f"{oneshot.PROMPT_VERSION}+{tree.PROMPT_VERSION}+{simulate.PROMPT_VERSION}" if llm else ""
+        if not llm:
+            return ""
+        roots = oneshot.PROMPT_VERSION + (f"+{oneshot.FEW_SHOT_VERSION}" if self.search.root_few_shot else "")
+        return f"{roots}+{tree.PROMPT_VERSION}+{simulate.PROMPT_VERSION}"
 
     def sampling(self) -> dict[str, Any]:
-        """Provenance of what it reads."""
-        return {"examples": "SPLIT_TRAIN+VALID", "record_len": self.record_len, "split": self.split.params(),
-                "tree": asdict(self.search)}  # fmt: skip
+        """Provenance of what it reads (the preset's name included)."""
+        examples = "SPLIT_TRAIN+VALID" if self.search.train_negatives else "SPLIT_TRAIN_POSITIVES+VALID"
+        return {"examples": examples, "record_len": self.record_len, "split": self.split.params(),
+                "preset": self.search.preset, "tree": asdict(self.search)}  # fmt: skip
 
     def prepare(self, store: Store, sae_id: str) -> None:
         """Embed the corpus once when the split's negatives are SIMILAR ones."""
         prepare_split(store, sae_id, self.split)
 
     def load(self, reader: FeatureReader) -> TreeInputs:
-        """Records of the train and valid thirds."""
+        """Records of the train and valid thirds (train without its negatives unless `search.train_negatives`)."""
         split = reader.split(self.split)
-        uniq = list(
-            dict.fromkeys(split.train.ids + split.valid.ids)
-        )  # a SIMILAR negative may repeat a positive
-        by_id = {r.window_id: r for r in reader.records(uniq, self.record_len)}
+        train_ids = split.train.ids if self.search.train_negatives else split.train.positives
+        # a SIMILAR negative may repeat a positive
+        by_id = {
+            r.window_id: r
+            for r in reader.records(list(dict.fromkeys(train_ids + split.valid.ids)), self.record_len)
+        }
 
-        def part(third: Third) -> Split:
-            return Split(tuple(by_id[i] for i in third.positives), tuple(by_id[i] for i in third.negatives))
+        def part(third: Third, negatives: bool = True) -> Split:
+            neg = tuple(by_id[i] for i in third.negatives) if negatives else ()
+            return Split(tuple(by_id[i] for i in third.positives), neg)
 
-        return TreeInputs(split, TreeSplits(part(split.train), part(split.valid), Split((), ())))
+        train = part(split.train, self.search.train_negatives)
+        return TreeInputs(split, TreeSplits(train, part(split.valid), Split((), ())))
 
     async def explain(self, inputs: TreeInputs, ctx: ExplainContext) -> Explanation:
         """Run the search; the best-validation node is the explanation."""
@@ -507,7 +595,9 @@ class TreeExplainer:
             "splits": split_extra(inputs.split),
         }  # fmt: skip
         shown = inputs.split.train.positives + inputs.split.valid.positives
-        negatives = inputs.split.train.negatives + inputs.split.valid.negatives
+        negatives = (
+            inputs.split.train.negatives if self.search.train_negatives else ()
+        ) + inputs.split.valid.negatives
         return Explanation(
             text, [r.to_dict() for r in result.best.rules], list(shown), list(negatives), extra
         )
@@ -519,6 +609,7 @@ def _num(x: float) -> float | None:
 
 
 __all__ = [
+    "TREE_PRESETS",
     "TREE_VERSION",
     "LLMProposer",
     "LexicalEditor",
@@ -526,8 +617,10 @@ __all__ = [
     "TreeConfig",
     "TreeExplainer",
     "TreeNode",
+    "TreePresetError",
     "TreeResult",
     "TreeSplits",
     "interleave_splits",
+    "tree_preset",
     "tree_search",
 ]

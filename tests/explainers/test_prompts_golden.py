@@ -1,10 +1,12 @@
 """Golden tests of every prompt's exact text (a change here must bump that prompt's PROMPT_VERSION)."""
 
+import json
+
 import numpy as np
 import pytest
 
 from sae_workbench.examples.records import Record
-from sae_workbench.examples.rules import Rule
+from sae_workbench.examples.rules import Rule, parse_rules
 from sae_workbench.explainers.prompts import oneshot, prism, simulate, tree
 from sae_workbench.explainers.simulate import TokenFeedback
 from sae_workbench.llm.jsonparse import JSONParseError
@@ -20,7 +22,7 @@ TASK = (
 
 def test_versions():
     assert (oneshot.PROMPT_VERSION, tree.PROMPT_VERSION, simulate.PROMPT_VERSION, prism.PROMPT_VERSION) == (
-        "oneshot-v1", "tree-revise-v1", "simulate-v1", "prism-label-v2",
+        "oneshot-v1", "tree-revise-v2", "simulate-v1", "prism-label-v2",
     )  # fmt: skip
 
 
@@ -49,24 +51,75 @@ def test_freetext_golden_and_parse():
         oneshot.parse_freetext("[1, 2]")
 
 
-def test_tree_revise_golden_and_parse():
-    fb = [TokenFeedback(" The", 0, 0, "ok"), TokenFeedback(" LORD", 5, 3, "too high")]
-    _, user = tree.revise_prompt([Rule('"lord"', 5)], 0.4242, fb, 5)
-    assert user == (
-        'Current explanation:\n[{"activates_on": "\\"lord\\"", "strength": 5}]\n\n'
-        "Overall score: 0.42\n\n"
-        "The text the explanation fits worst, one token per line as token<TAB>predicted<TAB>actual<TAB>verdict:\n"
-        "' The'\t0\t0\tok\n' LORD'\t5\t3\ttoo high\n\n"
+def test_tree_revision_conversation_golden_and_parse():
+    # The branch root -> child: the reviser sees every train record, the root and its feedback, the answer that made
+    # the child, and the child's feedback last (ref featureinterp/explainer.py; fidelity audit #2).
+    fb0 = [TokenFeedback(" The", 0, 0, "ok"), TokenFeedback(" LORD", 5, 3, "too high")]
+    fb1 = [TokenFeedback(" a", 0, 0, "ok"), TokenFeedback(" f", 0, 2, "too low")]
+    branch = [
+        tree.Turn("", (Rule('"lord"', 5),), 0.4242, fb0),
+        tree.Turn("add f", (Rule('"lord"', 5), Rule('"f"', 2)), 0.5, fb1),
+    ]
+    task = (
         "Propose one improvement: add a rule, remove a recent rule, add context a rule requires, or change a "
         "strength. Keep at most 5 rules, one concept per rule.\n"
         "Answer in exactly this format:\nIMPROVEMENT: <one sentence>\nNEW EXPLANATION: <JSON array of rules>"
     )
+    head = "The text the explanation fits worst, one token per line as token<TAB>predicted<TAB>actual<TAB>verdict:\n"
+    messages = tree.revision_messages([R1, R2], 4.0, branch, 5)
+    assert [m["role"] for m in messages] == ["system", "user", "assistant", "user"]
+    assert messages[0]["content"] == tree.SYSTEM
+    assert messages[1]["content"] == (
+        "These are the texts the explanation is scored on. Each lists its tokens one per line as "
+        "token<TAB>activation, with activations scaled to integers 0..5 (0 = not active, 5 = the feature's strongest "
+        "activation).\n\n"
+        "Example 1:\n The\t0\n LORD\t5\n said\t1\n\n"
+        "Example 2:\n a\t0\n b\t0\n c\t0\n d\t0\n e\t0\n f\t2\n\n"
+        'Current explanation:\n[{"activates_on": "\\"lord\\"", "strength": 5}]\n\n'
+        "Overall score: 0.42\n\n" + head + "' The'\t0\t0\tok\n' LORD'\t5\t3\ttoo high\n\n" + task
+    )
+    assert messages[2]["content"] == (
+        'IMPROVEMENT: add f\nNEW EXPLANATION: [{"activates_on": "\\"lord\\"", "strength": 5}, '
+        '{"activates_on": "\\"f\\"", "strength": 2}]'
+    )
+    assert (
+        messages[3]["content"]
+        == "Overall score: 0.50\n\n" + head + "' a'\t0\t0\tok\n' f'\t0\t2\ttoo low\n\n" + task
+    )
+    # The assistant turn is in the format the parser reads back.
+    assert tree.parse_revision(messages[2]["content"], 5) == ("add f", branch[1].rules)
+    # Sparse train values (< 20% non-zero) are repeated without zeros, as in the roots' prompt.
+    sparse = tree.revision_messages([R2], 4.0, branch[:1], 5)
+    assert (
+        "The same examples with the zero values removed:\n\nExample 1:\n f\t2\n\nCurrent"
+        in sparse[1]["content"]
+    )
+    with pytest.raises(ValueError):
+        tree.revision_messages([R1], 4.0, [], 5)
     imp, rules = tree.parse_revision(
         'IMPROVEMENT: add god\nNEW EXPLANATION: [{"activates_on": "god", "strength": 3}]', 5
     )
     assert imp == "add god" and rules == (Rule("god", 3),)
     with pytest.raises(JSONParseError):
         tree.parse_revision('NEW EXPLANATION: [{"activates_on": "god", "strength": 9}]', 5)
+
+
+def test_oneshot_few_shot_messages():
+    # Five worked examples of our own before the real request (tree paper's roots: 5 few-shot examples).
+    messages = oneshot.structured_messages([R1], 4.0, 1, few_shot=True)
+    assert [m["role"] for m in messages] == ["system"] + ["user", "assistant"] * 5 + ["user"]
+    assert messages[-1]["content"] == "Example 1:\n The\t0\n LORD\t5\n said\t1\n\n" + TASK.replace(
+        "5 rules", "1 rules"
+    )
+    assert messages[1]["content"].startswith("Example 1:\n She\t0\n did\t0\n not\t4\n")
+    assert messages[1]["content"].endswith(TASK.replace("5 rules", "1 rules"))
+    # Answers are valid rule arrays, cut to the cap (the third example has two rules).
+    for m in messages[2:-1:2]:
+        assert len(parse_rules(json.loads(m["content"]), 5)) == 1
+    assert len(json.loads(oneshot.structured_messages([R1], 4.0, 5, few_shot=True)[6]["content"])) == 2
+    assert oneshot.structured_messages([R1], 4.0, 5) == (
+        {"role": "system", "content": oneshot.SYSTEM}, {"role": "user", "content": oneshot.structured_prompt([R1], 4.0, 5)[1]},
+    )  # fmt: skip
 
 
 def test_simulate_golden_and_strict_parse():

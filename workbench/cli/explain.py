@@ -106,6 +106,7 @@ def explainer_with_preset(config: ExplainConfig, preset: str, embedding_model: s
     from sae_workbench.explainers.base import ExplainJobError
     from sae_workbench.explainers.prism import PrismConfig, PrismExplainer
     from sae_workbench.explainers.registry import make_explainer
+    from sae_workbench.explainers.tree import TreeExplainer
 
     if embedding_model and config.explainer != "prism":
         raise ExplainJobError(
@@ -114,6 +115,8 @@ def explainer_with_preset(config: ExplainConfig, preset: str, embedding_model: s
     if config.explainer == "prism":
         prism = PrismConfig.named(preset)
         return PrismExplainer(replace(prism, embedding_model=embedding_model) if embedding_model else prism)
+    if config.explainer == "tree":
+        return TreeExplainer.with_preset(config, preset)
     if preset != "default":
         raise ExplainJobError(
             f"--preset {preset} exists for the tree and prism explainers only, not {config.explainer!r}"

@@ -2,13 +2,21 @@
 random non-activating and similarity-based close negatives.
 
 Close negatives follow Ma, Pfrommer & Sojoudi, "Revising and Falsifying Sparse Autoencoder Feature Explanations"
-(NeurIPS 2025), see shared/specs/tree-explainer.md: every window's text is embedded once (stored in the store);
-the reference set is the feature's 400 highest-activating windows; a window's similarity is the cosine to the mean
-of the reference set's normalised embeddings (the same ranking as its mean cosine to the reference set); positives
-are excluded, and SIMILAR_NEGATIVE keeps windows whose max activation ≤ threshold (0); exact top-k over the whole
-indexed corpus (30 by default, which the tree explainer splits 10/10/10).
+(NeurIPS 2025), see shared/specs/tree-explainer.md: every window is embedded once (stored in the store); the
+reference set is the feature's 400 highest-activating windows; a window's similarity is the cosine to the mean of the
+reference set's normalised embeddings (the same ranking as its mean cosine to the reference set); positives are
+excluded, and SIMILAR_NEGATIVE keeps windows whose max activation ≤ threshold (0); exact top-k over the whole indexed
+corpus (30 by default, which the tree explainer splits 10/10/10). The reference code's retriever stops after the
+first ~192 windows of its dataset (ref `similarity_retriever.py:48,178`, fidelity audit §0 #3); we do the paper's
+global top-k.
 
-    ensure_window_embeddings(store, sae_id)                   # once per corpus (writes)
+What is embedded is what is shown (ref embeds exactly the 32-token sequence it shows; fidelity audit §0 #4): with
+`crop` = 32 (the default), each window's first 32 tokens, BOS dropped — the record a non-activating window is shown
+and simulated as (`records.crop_record` crops a record without a peak from its start) — and, for the reference set,
+each top window's 32-token crop around the feature's peak, embedded per draw (what a positive is shown as).
+`crop=None` embeds whole windows (the stored embeddings of both are keyed apart, `store.embeddings.embedding_key`).
+
+    ensure_window_embeddings(store, sae_id)                   # once per corpus and crop (writes)
     sample = draw_negatives(store, sae_id, feature, NegativeSource.SIMILAR_NEGATIVE, k=30, seed=0)
     sample.window_ids, sample.id                              # stored with its seed and config
 """
@@ -27,13 +35,18 @@ from tqdm.auto import tqdm
 
 from sae_workbench.embeddings import DEFAULT_EMBEDDING_MODEL, embed_texts
 from sae_workbench.errors import WorkbenchError
+from sae_workbench.examples.loading import load_records
+from sae_workbench.examples.records import crop_record, make_record
 from sae_workbench.store import Sample, Store, WindowEmbeddings
+from sae_workbench.store.embeddings import embedding_key
 
 log = logging.getLogger(__name__)
 
 # Paper constants (Ma et al. 2025, §close negatives): 400 reference windows, 30 negatives split 10/10/10.
 REFERENCE_SIZE = 400
 CLOSE_NEGATIVES = 30
+# Tree paper: records (and the texts embedded for similarity) are 32 tokens.
+EMBED_CROP = 32
 
 
 class NegativeSource(StrEnum):
@@ -74,23 +87,43 @@ class NegativeConfig:
     """A negative's max activation must be ≤ this (paper: 0)."""
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
     """sentence-transformers model of the stored window embeddings."""
+    crop: int | None = EMBED_CROP
+    """Tokens embedded per window: what a record of it shows (tree paper: 32); None: whole windows."""
+
+
+def crop_texts(
+    store: Store, corpus: str, window_ids: Sequence[int] | np.ndarray, crop: int | None
+) -> list[str]:
+    """The text of each window's first `crop` tokens, BOS and padding dropped (what a record of a non-activating
+    window shows); whole decoded windows when `crop` is None."""
+    if crop is None:
+        return store.window_texts(corpus, window_ids)
+    windows = store.window_tokens(corpus, window_ids)
+    out: list[str] = []
+    for wid in (int(i) for i in window_ids):
+        strings, mask = windows[wid]
+        out.append("".join(crop_record(make_record(wid, strings, [], [], mask=mask), crop).tokens))
+    return out
 
 
 def ensure_window_embeddings(
-    store: Store, sae_id: str, model: str = DEFAULT_EMBEDDING_MODEL, chunk: int = 512
-) -> int:
-    """Embed (once) every stored window of the SAE's corpus that lacks an embedding; return how many were added."""
+    store: Store, sae_id: str, model: str = DEFAULT_EMBEDDING_MODEL, chunk: int = 512,
+    crop: int | None = EMBED_CROP,
+) -> int:  # fmt: skip
+    """Embed (once) every stored window of the SAE's corpus that lacks an embedding of its `crop` (None: whole
+    window); return how many were added."""
     progress = store.index_progress(sae_id)
     if progress is None:
         raise MissingEmbeddingsError(f"SAE {sae_id} is not indexed; run `workbench index` first.")
-    missing = store.windows_missing_embeddings(progress.corpus, model)
+    key = embedding_key(model, crop)
+    missing = store.windows_missing_embeddings(progress.corpus, key)
     for start in tqdm(range(0, len(missing), chunk), desc="embed windows", disable=len(missing) <= chunk):
         ids = missing[start : start + chunk]
-        vectors = embed_texts(store.window_texts(progress.corpus, ids), model)
-        store.add_window_embeddings(progress.corpus, model, ids, vectors)
+        vectors = embed_texts(crop_texts(store, progress.corpus, ids, crop), model)
+        store.add_window_embeddings(progress.corpus, key, ids, vectors)
     if len(missing):
         cached_window_embeddings(
-            store, progress.corpus, model
+            store, progress.corpus, key
         )  # writes the memory-mapped copy for later processes
     return len(missing)
 
@@ -100,7 +133,8 @@ _EMBEDDING_CACHE: dict[tuple[str, str, str], tuple[int, WindowEmbeddings]] = {}
 
 
 def cached_window_embeddings(store: Store, corpus: str, model: str) -> WindowEmbeddings:
-    """store.window_embeddings (memory-mapped once a copy exists), cached per process while the row count holds."""
+    """store.window_embeddings (memory-mapped once a copy exists), cached per process while the row count holds
+    (`model`: the stored embedding key, `embedding_key`)."""
     key = (str(store.path.resolve()), corpus, model)
     count = store.embedding_count(corpus, model)
     hit = _EMBEDDING_CACHE.get(key)
@@ -114,9 +148,12 @@ def cached_window_embeddings(store: Store, corpus: str, model: str) -> WindowEmb
 
 def reference_similarity(embeddings_ND: np.ndarray, reference_rows: np.ndarray) -> np.ndarray:
     """(N,) float32 cosine of each (unit-norm) embedding to the mean of the reference rows' unit-norm embeddings."""
-    mean_D = np.asarray(embeddings_ND[np.sort(reference_rows)], dtype=np.float32).mean(
-        axis=0, dtype=np.float32
-    )
+    return similarity_to(embeddings_ND, np.asarray(embeddings_ND[np.sort(reference_rows)]))
+
+
+def similarity_to(embeddings_ND: np.ndarray, reference_KD: np.ndarray) -> np.ndarray:
+    """(N,) float32 cosine of each (unit-norm) embedding to the mean of the (unit-norm) reference embeddings."""
+    mean_D = np.asarray(reference_KD, dtype=np.float32).mean(axis=0, dtype=np.float32)
     norm = float(np.linalg.norm(mean_D))
     if norm == 0:
         return np.zeros(len(embeddings_ND), np.float32)
@@ -158,13 +195,15 @@ def _close_negatives(
     if progress is None:
         raise MissingEmbeddingsError(f"SAE {sae_id} is not indexed; run `workbench index` first.")
     indexed = store.indexed_window_ids(sae_id)
-    emb = cached_window_embeddings(store, progress.corpus, cfg.embedding_model)
+    key = embedding_key(cfg.embedding_model, cfg.crop)
+    emb = cached_window_embeddings(store, progress.corpus, key)
     rows = np.searchsorted(emb.window_ids, indexed)
     rows = np.minimum(rows, max(len(emb.window_ids) - 1, 0))
     if len(emb.window_ids) == 0 or not np.array_equal(emb.window_ids[rows], indexed):
         raise MissingEmbeddingsError(
-            f"windows of corpus {progress.corpus!r} lack {cfg.embedding_model} embeddings; run "
-            "explainers.sampling.ensure_window_embeddings(store, sae_id) once (it embeds every window)."
+            f"windows of corpus {progress.corpus!r} lack {key} embeddings; run "
+            f"examples.sampling.ensure_window_embeddings(store, sae_id, crop={cfg.crop}) once (it embeds every "
+            "window)."
         )
     positives = store.top_examples(sae_id, feature, cfg.reference_size)
     if not positives:
@@ -172,7 +211,11 @@ def _close_negatives(
     pos_ids = np.array([p.window_id for p in positives], dtype=np.int64)
     # Similarity of every embedded window (one float32 mat-vec over the whole, possibly memory-mapped, matrix —
     # no gathered copy of it), then read off the indexed ones.
-    similarity_N = reference_similarity(emb.embeddings_ND, rows[np.searchsorted(indexed, pos_ids)])[rows]
+    if cfg.crop is None:
+        similarity_N = reference_similarity(emb.embeddings_ND, rows[np.searchsorted(indexed, pos_ids)])[rows]
+    else:  # the reference windows as their positives are shown: cropped around this feature's peak
+        ref_KD = _peak_crop_embeddings(store, sae_id, progress.corpus, feature, np.sort(pos_ids), cfg, emb)
+        similarity_N = similarity_to(emb.embeddings_ND, ref_KD)[rows]
     # Only the caller's exclusions (a split's sampled positives), not the whole reference set: tree-explainer spec and
     # ref `generate_records.py:372` (fidelity audit §2.2, "SIMILAR exclusions").
     exclude = np.zeros(0, np.int64)
@@ -183,6 +226,26 @@ def _close_negatives(
         exclude = np.union1d(exclude, np.asarray(extra_exclude, dtype=np.int64))
     keep_N = ~np.isin(indexed, exclude, assume_unique=True)
     return [int(i) for i in top_k_by_score(indexed[keep_N], similarity_N[keep_N], k)]
+
+
+def _peak_crop_embeddings(
+    store: Store, sae_id: str, corpus: str, feature: int, window_ids: np.ndarray, cfg: NegativeConfig,
+    stored: WindowEmbeddings,
+) -> np.ndarray:  # fmt: skip
+    """(K, D) embeddings of the windows' `cfg.crop`-token crops around the feature's peak: the stored first-crop
+    embedding where the peak crop is the first crop (a peak early in the window, or a window no longer than the
+    crop), a fresh embedding otherwise."""
+    ids = [int(i) for i in window_ids]
+    shown = ["".join(r.tokens) for r in load_records(store, sae_id, corpus, feature, ids, cfg.crop)]
+    first = crop_texts(store, corpus, ids, cfg.crop)
+    rows = np.searchsorted(stored.window_ids, np.asarray(ids, dtype=np.int64))
+    out = np.zeros((len(ids), stored.embeddings_ND.shape[1]), np.float32)
+    fresh = [i for i, (a, b) in enumerate(zip(shown, first, strict=True)) if a != b]
+    same = np.setdiff1d(np.arange(len(ids)), fresh)
+    out[same] = stored.embeddings_ND[rows[same]]
+    if fresh:
+        out[fresh] = embed_texts([shown[i] for i in fresh], cfg.embedding_model)
+    return out
 
 
 def draw_negatives(

@@ -28,6 +28,7 @@ import numpy as np
 
 from sae_workbench.embeddings import DEFAULT_EMBEDDING_MODEL
 from sae_workbench.examples.sampling import (
+    EMBED_CROP,
     NegativeConfig,
     NegativeSource,
     draw_negatives,
@@ -71,6 +72,10 @@ class SplitConfig:
     """Highest-activating windows that define similarity for close negatives (tree paper: 400)."""
     embedding_model: str = DEFAULT_EMBEDDING_MODEL
     """sentence-transformers model of the window embeddings behind SIMILAR negatives."""
+    embed_crop: int | None = EMBED_CROP
+    """Record length the SIMILAR negatives' similarity is measured on: each window's first `embed_crop` tokens and
+    the reference windows' crops around the peak, i.e. what explainers and scorers show and simulate (tree paper:
+    32; None: whole windows). Explainers and scorers that share a split share this."""
 
     def __post_init__(self) -> None:
         """Accept the source by name too."""
@@ -80,8 +85,14 @@ class SplitConfig:
         """JSON-able form (provenance and config keys)."""
         return {"negatives": self.negatives.value, "per_split": self.per_split, "seed": self.seed,
                 "threshold": self.threshold, "reference_size": self.reference_size,
-                "embedding_model": self.embedding_model if self.negatives.value.startswith("SIMILAR") else "",
+                "embedding_model": self.embedding_model if self.similar else "",
+                **({"embed_crop": self.embed_crop} if self.similar else {}),
                 "top_fraction": TOP_FRACTION, "min_chunk": MIN_CHUNK}  # fmt: skip
+
+    @property
+    def similar(self) -> bool:
+        """True when the negatives are similarity-based (they need window embeddings)."""
+        return self.negatives.value.startswith("SIMILAR")
 
 
 @dataclass(frozen=True)
@@ -154,7 +165,9 @@ def negative_sample(
     """4 × per_split negatives from the configured source, never a sampled positive; drawn once and stored (a
     later draw with the same settings reuses the stored sample)."""
     k, seed = 4 * config.per_split, config.seed
-    neg_cfg = NegativeConfig(config.reference_size, config.threshold, config.embedding_model)
+    neg_cfg = NegativeConfig(
+        config.reference_size, config.threshold, config.embedding_model, config.embed_crop
+    )
     excluded = np.asarray(sorted(positives), dtype=np.int64)
     params = negative_params(k, neg_cfg, excluded)
     source = config.negatives
@@ -167,8 +180,8 @@ def negative_sample(
 
 def prepare_split(store: Store, sae_id: str, config: SplitConfig) -> None:
     """What drawing splits under `config` needs once per SAE: SIMILAR negatives need every window embedded."""
-    if config.negatives.value.startswith("SIMILAR"):
-        ensure_window_embeddings(store, sae_id, config.embedding_model)
+    if config.similar:
+        ensure_window_embeddings(store, sae_id, config.embedding_model, crop=config.embed_crop)
 
 
 def draw_split(store: Store, sae_id: str, feature: int, config: SplitConfig) -> FeatureSplit:

@@ -1,5 +1,10 @@
 """Sentence embeddings of windows (`window_vectors`, float32 blobs), served from a memory-mapped copy
-(`vectors.py`) while it matches the table."""
+(`vectors.py`) while it matches the table.
+
+The `model` column holds an embedding key: the model name for embeddings of whole windows, or
+`embedding_key(model, crop)` = "<model>@first<crop>" for embeddings of each window's first `crop` tokens (BOS and
+padding dropped: the record a non-activating window is shown and simulated as). Both can coexist per corpus.
+"""
 
 from __future__ import annotations
 
@@ -12,6 +17,11 @@ from sae_workbench.store import vectors
 from sae_workbench.store.base import StoreBase
 from sae_workbench.store.records import WindowEmbeddings
 from sae_workbench.store.sql import arrow, count, first, insert_arrow, pa
+
+
+def embedding_key(model: str, crop: int | None) -> str:
+    """The `model` column value of `model`'s embeddings of each window's first `crop` tokens (None: whole windows)."""
+    return model if crop is None else f"{model}@first{int(crop)}"
 
 
 class Embeddings(StoreBase):

@@ -1,0 +1,59 @@
+"""The tree paper's rule-cap sweep (`rule_cap_sweep`, `workbench polysemanticity-sweep`) on planted features
+(tests/explainers/test_explain_support.py): feature 3 fires on LORD only, so one rule reaches its best test score
+(polysemanticity 1); feature 4 fires on six tokens, so one rule cannot (polysemanticity > 1)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+from typer.testing import CliRunner
+
+from sae_workbench import cli
+from sae_workbench.evaluation.polysemanticity import rule_cap_sweep, tree_polysemanticity
+from sae_workbench.evaluation.score_job import ScoreConfigError
+from sae_workbench.explainers.base import ExplainConfig
+from tests.explainers.test_explain_support import PLANTED_SAE, build_planted_store
+
+
+def test_sweep_measures_planted_polysemanticity_and_the_cli_reports_it(tmp_path, tiny_model):
+    store = build_planted_store(tmp_path, tiny_model.tokenizer)
+    config = ExplainConfig("tree", negatives="RANDOM_NEGATIVE")
+    result = rule_cap_sweep(store, PLANTED_SAE, [3, 4, 2], (1, 2, 3, 4, 5), explain=config, progress=False)
+    assert result.caps == (1, 2, 3, 4, 5)
+    # Every (feature, cap) explained and scored once: five tree explanations per live feature, each with its cap.
+    for f in (3, 4):
+        rows = {e.id: e for e in store.explanations(PLANTED_SAE, feature=f, explainer="tree")}
+        assert sorted(rows) == sorted(result.explanation_ids[f].values())
+        assert all(len(rows[i].rules or []) <= cap for cap, i in result.explanation_ids[f].items())
+    assert all(math.isnan(v) for v in result.scores[2].values())  # dead feature: never scored
+    assert result.polysemanticity[2] is None
+    assert result.polysemanticity[3] == 1 and result.scores[3][1] > 0.9
+    assert result.polysemanticity[4] is not None and result.polysemanticity[4] > 1
+    assert max(result.scores[4].values()) > result.scores[4][1] / 0.9  # the measure, recomputed by hand
+    assert result.polysemanticity == {f: tree_polysemanticity(s) for f, s in result.scores.items()}
+    assert result.summary.n == 2 and result.summary.mean == pytest.approx((1 + result.polysemanticity[4]) / 2)
+    assert result.provenance["preset"] == "default" and result.provenance["negatives"] == "RANDOM_NEGATIVE"
+    with pytest.raises(ScoreConfigError, match="positive"):
+        rule_cap_sweep(store, PLANTED_SAE, [3], (0, 1), explain=config, progress=False)
+    # The CLI resumes the same explanations and scores (nothing new stored) and prints the same measure.
+    n_before = len(store.explanations(PLANTED_SAE)), len(store.scores(sae_id=PLANTED_SAE))
+    path = store.path
+    if not any(c.name == "polysemanticity-sweep" for c in cli.app.registered_commands):
+        cli._register_stage_commands()
+    out = CliRunner().invoke(
+        cli.app,
+        ["polysemanticity-sweep", "--store", str(path), "--sae", PLANTED_SAE, "--features", "2-4",
+         "--negatives", "RANDOM_NEGATIVE", "--no-progress"],
+        env={"WORKBENCH_LLM_MODEL": "", "OPENAI_API_KEY": ""},
+    )  # fmt: skip
+    assert out.exit_code == 0, out.output
+    lines = {line.split("\t")[0]: line.split("\t") for line in out.output.splitlines() if "\t" in line}
+    assert (
+        lines["3"][-1] == "1" and lines["4"][-1] == str(result.polysemanticity[4]) and lines["2"][-1] == "-"
+    )
+    assert f"mean polysemanticity {result.summary.mean:.2f}" in out.output and "over 2 features" in out.output
+    from sae_workbench.store import Store
+
+    again = Store.open(path)
+    assert (len(again.explanations(PLANTED_SAE)), len(again.scores(sae_id=PLANTED_SAE))) == n_before
