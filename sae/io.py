@@ -5,6 +5,7 @@ sae = load_sae("gemma-scope-2b-pt-res-canonical/layer_12/width_16k/canonical")  
 sae = load_sae("path/to/sparsify/layers.3")         # sparsify folder (cfg.json + sae.safetensors)
 sae = load_sae("path/to/params.npz", hook="blocks.3.hook_resid_post")   # Gemma Scope file
 check_sae_matches(sae, model, "blocks.3.hook_resid_post")
+hook = resolve_hook(sae, None)                       # --hook not given: the hook the SAE's cfg records
 sae_id = compute_sae_id(sae, "smollm2-135m", "blocks.3.hook_resid_post")
 sae_id = sae_id_of(sae, "smollm2-135m", "blocks.3.hook_resid_post", "runs/topk-8x")   # read back from training
 """
@@ -30,6 +31,7 @@ from safetensors import SafetensorError, safe_open
 from safetensors.torch import save_file
 from transformer_lens import HookedTransformer
 
+from sae_workbench.defaults import DEFAULT_HOOK
 from sae_workbench.errors import WorkbenchError
 from sae_workbench.models import hook_shape
 
@@ -359,6 +361,43 @@ def check_sae_matches(sae: SAE[Any], model: HookedTransformer, hook: str) -> Non
             f"SAE d_in={sae.cfg.d_in} but hook {hook} of model {model.cfg.model_name!r} has width {width}; "
             "pick the SAE trained for this model and hook, or the hook this SAE was trained on."
         )
+
+
+def _cfg_dict(sae: SAE[Any] | dict[str, Any]) -> dict[str, Any]:
+    """An SAE's config as a dict (a loaded SAE's `cfg.to_dict()`, or a cfg.json dict as is)."""
+    return sae if isinstance(sae, dict) else sae.cfg.to_dict()
+
+
+def _recorded(sae: SAE[Any] | dict[str, Any], key: str) -> str | None:
+    """A name the SAE's cfg records under `metadata.<key>` (sae-lens 6) or at the top level (older cfgs)."""
+    cfg = _cfg_dict(sae)
+    for value in ((cfg.get("metadata") or {}).get(key), cfg.get(key)):
+        if isinstance(value, str) and value.strip():
+            return value
+    return None
+
+
+def recorded_hook(sae: SAE[Any] | dict[str, Any]) -> str | None:
+    """The hook the SAE's cfg says it reads (`metadata.hook_name`, or `hook_name` in older cfgs), or None."""
+    return _recorded(sae, "hook_name")
+
+
+def recorded_model(sae: SAE[Any] | dict[str, Any]) -> str | None:
+    """The model the SAE's cfg says it was trained on (`metadata.model_name`, or `model_name`), or None."""
+    return _recorded(sae, "model_name")
+
+
+def resolve_hook(sae: SAE[Any] | dict[str, Any], hook: str | None) -> str:
+    """The hook a command applies the SAE to: `hook` when given (--hook), else the one its cfg records, else the
+    workbench's default hook."""
+    if hook:
+        return hook
+    recorded = recorded_hook(sae)
+    if recorded is not None:
+        log.info("hook %s (from the SAE's cfg)", recorded)
+        return recorded
+    log.info("the SAE records no hook; using the default %s", DEFAULT_HOOK)
+    return DEFAULT_HOOK
 
 
 def require_model_and_hook(model_name: str, hook: str) -> None:

@@ -88,13 +88,14 @@ def test_shared_defaults_are_the_defaults_module_values() -> None:
     seen = 0
     for name, fn in _commands().items():
         for param in inspect.signature(fn).parameters.values():
-            if param.name in values and param.default is not inspect.Parameter.empty:
+            # None defers to the input (index: the hook the SAE's cfg records, then defaults.DEFAULT_HOOK).
+            if param.name in values and param.default not in (inspect.Parameter.empty, None):
                 default = (
                     param.default[0] if isinstance(param.default, list) else param.default
                 )  # cache: --hook list
                 assert default == values[param.name], (name, param.name)
                 seen += 1
-    assert seen >= 12
+    assert seen >= 11
 
 
 def test_train_config_defaults_are_the_cli_defaults() -> None:

@@ -3,6 +3,8 @@
     workbench index --store runs/store.duckdb --sae runs/topk-8x --tokens 1000000
     workbench index --model tiny --hook blocks.0.hook_resid_post --sae my-sae --corpus my.jsonl --top-k 32
 
+Without --hook the SAE is applied to the hook its cfg records (`metadata.hook_name`), else the default hook.
+
 Rerunning resumes a killed run; rerunning a finished one adds nothing; a larger --tokens extends the index.
 """
 
@@ -20,7 +22,7 @@ def index(
     sae: options.SaePath,
     store: options.Store = defaults.STORE_PATH,
     model: options.Model = defaults.DEFAULT_MODEL,
-    hook: options.Hook = defaults.DEFAULT_HOOK,
+    hook: options.SaeHook = None,
     corpus: options.Corpus = defaults.DEFAULT_CORPUS,
     tokens: int = typer.Option(defaults.INDEX_TOKENS, help="Tokens to index (whole windows, BOS included)."),
     context_size: options.ContextSize = defaults.CONTEXT_SIZE,
@@ -34,12 +36,13 @@ def index(
     from sae_workbench.corpus import resolve_corpus
     from sae_workbench.models import load_model
     from sae_workbench.sae.indexing import IndexConfig, index_sae
-    from sae_workbench.sae.io import load_sae
+    from sae_workbench.sae.io import load_sae, resolve_hook
     from sae_workbench.sae.metrics import read_metrics
     from sae_workbench.store import Store
 
     loaded_model = load_model(model, device=device)
     loaded_sae = load_sae(sae, device=device, hook=hook)
+    hook = resolve_hook(loaded_sae, hook)  # --hook not given: the hook the SAE's cfg records
     cfg = IndexConfig(context_size=context_size, top_k=top_k, batch_size=batch_size)
     sae_dir = Path(sae).expanduser()
     # index_sae checks the hook and window size against the model and the SAE (once), and reads the SAE's id back

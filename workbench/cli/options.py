@@ -75,6 +75,14 @@ Model = Annotated[
     ),
 ]
 Hook = Annotated[str, typer.Option("--hook", help="Hook whose activations the SAE reads.")]
+SaeHook = Annotated[
+    str | None,
+    typer.Option(
+        "--hook",
+        help="Hook whose activations the SAE reads (default: the hook the SAE's cfg records, else "
+        "blocks.3.hook_resid_post).",
+    ),
+]
 Hooks = Annotated[
     list[str],
     typer.Option("--hook", help="Hook to read; repeat for several (the forward stops after the last)."),

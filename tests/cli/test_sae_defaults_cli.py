@@ -1,0 +1,61 @@
+"""Commands that take --sae default the hook to the one the SAE's cfg records (issue 19, item 1)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from sae_workbench import cli, defaults
+from sae_workbench.sae.indexing import SAEHookMismatchError
+from sae_workbench.sae.io import load_sae, save_sae
+from sae_workbench.store import Store
+from tests.sae.test_indexing import TEXT, make_sae
+
+HOOK0 = "blocks.0.hook_resid_post"
+
+
+@pytest.fixture(scope="module")
+def app():
+    if not any(c.name == "index" for c in cli.app.registered_commands):
+        cli._register_stage_commands()
+    return cli.app
+
+
+def _index_args(tmp_path: Path, sae_dir: Path, *extra: str) -> list[str]:
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT)
+    return ["index", "--store", str(tmp_path / "s.duckdb"), "--sae", str(sae_dir), "--model", "tiny",
+            "--corpus", str(corpus), "--tokens", "128", "--context-size", "32", "--batch-size", "4",
+            *extra]  # fmt: skip
+
+
+def test_index_without_hook_uses_the_hook_the_sae_records(app, tmp_path: Path) -> None:
+    # The SAE reads layer 0; the default hook is layer 3 (which the 2-layer tiny model does not even have).
+    assert defaults.DEFAULT_HOOK != HOOK0
+    sae_dir = save_sae(make_sae(hook=HOOK0), tmp_path / "sae")
+    result = CliRunner().invoke(app, _index_args(tmp_path, sae_dir))
+    assert result.exit_code == 0, (result.output, result.exception)
+    (record,) = Store.open(tmp_path / "s.duckdb", read_only=True).list_saes()
+    assert record.hook == HOOK0
+
+
+def test_an_explicit_hook_that_contradicts_the_sae_is_still_refused(app, tmp_path: Path) -> None:
+    sae_dir = save_sae(make_sae(hook=HOOK0), tmp_path / "sae")
+    result = CliRunner().invoke(app, _index_args(tmp_path, sae_dir, "--hook", "blocks.1.hook_resid_post"))
+    assert isinstance(result.exception, SAEHookMismatchError), result.output
+    assert HOOK0 in str(result.exception)
+
+
+def test_resolve_hook_reads_the_cfg_in_either_place(tmp_path: Path) -> None:
+    from sae_workbench.sae.io import recorded_hook, resolve_hook
+
+    sae = load_sae(save_sae(make_sae(hook=HOOK0), tmp_path / "sae"))
+    assert recorded_hook(sae) == HOOK0 and resolve_hook(sae, None) == HOOK0
+    assert resolve_hook(sae, "blocks.1.hook_resid_post") == "blocks.1.hook_resid_post"  # given wins
+    bare = make_sae(hook="")
+    bare.cfg.metadata.hook_name = None  # type: ignore[assignment]
+    assert recorded_hook(bare) is None and resolve_hook(bare, None) == defaults.DEFAULT_HOOK
+    # Older sae-lens cfgs keep hook_name at the top level, not under metadata.
+    assert recorded_hook({"hook_name": "blocks.2.hook_mlp_out", "d_in": 4}) == "blocks.2.hook_mlp_out"
