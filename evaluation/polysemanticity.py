@@ -157,6 +157,7 @@ def rule_cap_sweep(
     caps: Sequence[int] = (1, 2, 3, 4, 5),
     *,
     explain: ExplainConfig | None = None,
+    method: str = "tree",
     preset: str = "default",
     llm: LLMConfig | None = None,
     backends: ScoreBackends | None = None,
@@ -164,32 +165,43 @@ def rule_cap_sweep(
     concurrency: int = 8,
     progress: bool = True,
 ) -> RuleCapSweep:
-    """Tree paper's polysemanticity: explain every feature with the tree explainer at each rule cap (resumable: the
-    explain job skips what is stored), score each explanation's test third with the simulation scorer, and take the
-    smallest cap reaching 0.9 of the best test score per feature (`tree_polysemanticity`)."""
+    """Tree paper's polysemanticity: explain every feature at each rule cap with `method` ('tree', with the preset's
+    search settings, or 'oneshot', the spec's one-shot structured explanations; LLM only), resumably (the explain job
+    skips what is stored), score each explanation's test third with the simulation scorer, and take the smallest cap
+    reaching 0.9 of the best test score per feature (`tree_polysemanticity`)."""
     from sae_workbench.evaluation.registry import make_scorer
     from sae_workbench.evaluation.score_job import run_scoring, score_key
     from sae_workbench.explainers.base import ExplainConfig
     from sae_workbench.explainers.job import ExplainJob, config_key
+    from sae_workbench.explainers.oneshot import OneShotExplainer
     from sae_workbench.explainers.tree import TreeExplainer
 
     base = explain or ExplainConfig("tree")
     ordered = tuple(sorted({int(c) for c in caps}))
     if not ordered or ordered[0] < 1:
         raise ScoreConfigError(f"rule caps must be positive integers, got {list(caps)}")
+    if method not in ("tree", "oneshot") or (method == "oneshot" and preset != "default"):
+        raise ScoreConfigError(
+            f"the sweep explains with 'tree' (any preset) or 'oneshot' (default), not {method!r}"
+        )
     feats = sorted({int(f) for f in features})
     backends = backends or ScoreBackends()
     keys: dict[int, dict[int, str]] = {}
     for cap in ordered:
-        method = TreeExplainer.with_preset(replace(base, explainer="tree", rule_cap=cap), preset)
-        ExplainJob(store, sae_id, method, llm, concurrency=concurrency, progress=progress).run(feats)
-        keys[cap] = {f: config_key(sae_id, f, method, llm) for f in feats}
-    by_key = {e.config_key: e for e in store.explanations(sae_id=sae_id, explainer="tree")}
+        run = replace(base, explainer=method, rule_cap=cap)
+        explainer = (
+            TreeExplainer.with_preset(run, preset)
+            if method == "tree"
+            else OneShotExplainer(run.split(), run.record_len, cap)
+        )
+        ExplainJob(store, sae_id, explainer, llm, concurrency=concurrency, progress=progress).run(feats)
+        keys[cap] = {f: config_key(sae_id, f, explainer, llm) for f in feats}
+    by_key = {e.config_key: e for e in store.explanations(sae_id=sae_id, explainer=method)}
     ids = {f: {cap: int(by_key[keys[cap][f]].id or 0) for cap in ordered} for f in feats}
     score_cfg = ScoreConfig(
         "simulation", base.negatives, base.per_split, base.seed, record_length=base.record_len
     )
-    run_scoring(store, sae_id, score_cfg, backends, explainer="tree", features=feats, progress=progress)
+    run_scoring(store, sae_id, score_cfg, backends, explainer=method, features=feats, progress=progress)
     scorer = make_scorer(score_cfg, backends)
     scores: dict[int, dict[int, float]] = {}
     for f in feats:
@@ -200,7 +212,7 @@ def rule_cap_sweep(
             value = found[0].metrics.get(scorer.headline) if found and found[0].status is Status.OK else None
             scores[f][cap] = math.nan if value is None else float(value)
     poly = {f: tree_polysemanticity(scores[f]) for f in feats}
-    provenance = {"preset": preset, "negatives": base.negatives, "seed": base.seed, "record_len": base.record_len,
+    provenance = {"method": method, "preset": preset, "negatives": base.negatives, "seed": base.seed, "record_len": base.record_len,
                   "scorer": scorer.name, "backend": scorer.backend(), "llm": llm.model if llm else ""}  # fmt: skip
     return RuleCapSweep(ordered, scores, ids, poly, tree_polysemanticity_summary(list(poly.values()), confidence),
                         confidence, provenance)  # fmt: skip

@@ -4,7 +4,9 @@
 
 from __future__ import annotations
 
+import json
 import math
+import re
 
 import pytest
 from typer.testing import CliRunner
@@ -13,7 +15,9 @@ from sae_workbench import cli
 from sae_workbench.evaluation.polysemanticity import rule_cap_sweep, tree_polysemanticity
 from sae_workbench.evaluation.score_job import ScoreConfigError
 from sae_workbench.explainers.base import ExplainConfig
+from sae_workbench.llm.config import LLMConfig
 from tests.explainers.test_explain_support import PLANTED_SAE, build_planted_store
+from tests.fake_llm import FakeLLM, Reply
 
 
 def test_sweep_measures_planted_polysemanticity_and_the_cli_reports_it(tmp_path, tiny_model):
@@ -57,3 +61,34 @@ def test_sweep_measures_planted_polysemanticity_and_the_cli_reports_it(tmp_path,
 
     again = Store.open(path)
     assert (len(again.explanations(PLANTED_SAE)), len(again.scores(sae_id=PLANTED_SAE))) == n_before
+
+
+WIDE = ["unto", "shall", "thou", "thy", "him", "thee"]
+
+
+def one_word_per_rule(body: dict) -> Reply:
+    """A one-shot model that names the six planted words of feature 4, as many as the rule cap allows."""
+    user = body["messages"][-1]["content"]
+    cap = re.search(r"at most (\d+) rules", user)
+    if cap is None:
+        return Reply("Archaic English function words.")
+    rules = [{"activates_on": json.dumps(w), "strength": 5} for w in WIDE[: int(cap.group(1))]]
+    return Reply(json.dumps(rules))
+
+
+def test_oneshot_sweep_with_an_llm(tmp_path, tiny_model):
+    # The spec's variant: one-shot structured explanations at each cap (scored offline by the lexical simulator).
+    store = build_planted_store(tmp_path, tiny_model.tokenizer)
+    with FakeLLM(responder=one_word_per_rule) as server:
+        llm = LLMConfig(model="fake", base_url=server.base_url, backoff_base_s=0.01)
+        result = rule_cap_sweep(
+            store, PLANTED_SAE, [4], (1, 3, 6), explain=ExplainConfig("oneshot", negatives="RANDOM_NEGATIVE"),
+            method="oneshot", llm=llm, progress=False,
+        )  # fmt: skip
+    stored = {e.id: e for e in store.explanations(PLANTED_SAE, feature=4, explainer="oneshot")}
+    assert [len(stored[result.explanation_ids[4][c]].rules or []) for c in (1, 3, 6)] == [1, 3, 6]
+    scores = result.scores[4]
+    assert scores[1] < scores[3] < scores[6] and result.polysemanticity[4] in (3, 6)
+    assert result.provenance["method"] == "oneshot"
+    with pytest.raises(ScoreConfigError, match="oneshot"):
+        rule_cap_sweep(store, PLANTED_SAE, [4], (1,), method="oneshot", preset="paper", progress=False)

@@ -3,10 +3,10 @@
     workbench polysemanticity-sweep --store S --sae ID --features 0-49 --rule-caps 1,2,3,4,5
     workbench polysemanticity-sweep --store S --sae ID --features 0-49 --preset paper --llm-model gpt-4o-mini
 
-Each feature is explained by the tree explainer at every rule cap (resumable), each explanation's test third is scored
-by the simulation scorer, and a feature's polysemanticity is the smallest cap whose best test score reaches 0.9 of
-its best over all caps (Ma et al. NeurIPS 2025). Prints one line per feature and the SAE's (one layer's) mean with
-its t confidence interval.
+Each feature is explained by the tree explainer (or, with --explainer oneshot, the one-shot structured prompt) at every
+rule cap (resumable), each explanation's test third is scored by the simulation scorer, and a feature's
+polysemanticity is the smallest cap whose best test score reaches 0.9 of its best over all caps (Ma et al. NeurIPS
+2025). Prints one line per feature and the SAE's (one layer's) mean with its t confidence interval.
 """
 
 from __future__ import annotations
@@ -22,6 +22,9 @@ def polysemanticity_sweep(
     sae: options.SaeId,
     features: options.Features = "all",
     rule_caps: str = typer.Option("1,2,3,4,5", help="Rule caps to explain with (tree paper: 1..5)."),
+    explainer: str = typer.Option(
+        "tree", help="tree, or oneshot (the spec's one-shot structured explanations; needs an LLM)."
+    ),
     preset: str = typer.Option("default", help="Tree search settings: 'default' or 'paper' (see `explain`)."),
     negatives: str = typer.Option(
         "SIMILAR_NEGATIVE", help="Negative source of the split (tree paper default)."
@@ -37,7 +40,7 @@ def polysemanticity_sweep(
     concurrency: options.Concurrency = defaults.LLM_CONCURRENCY,
     progress: options.Progress = True,
 ) -> None:
-    """Explain features at each rule cap with the tree explainer, score them, and report polysemanticity."""
+    """Explain features at each rule cap (tree or one-shot), score them, and report polysemanticity."""
     from sae_workbench.evaluation.base import ScoreBackends, ScoreConfigError
     from sae_workbench.evaluation.polysemanticity import rule_cap_sweep
     from sae_workbench.explainers.base import ExplainConfig
@@ -63,9 +66,9 @@ def polysemanticity_sweep(
         typer.secho(
             f"notice: {status.notice} (the lexical proposer and simulator run offline)", fg="yellow", err=True
         )
-    config = ExplainConfig("tree", negatives=negatives.upper(), seed=seed, record_len=record_len)
+    config = ExplainConfig(explainer, negatives=negatives.upper(), seed=seed, record_len=record_len)
     result = rule_cap_sweep(
-        st, sae, options.parse_features(features, d_sae), caps, explain=config, preset=preset,
+        st, sae, options.parse_features(features, d_sae), caps, explain=config, method=explainer, preset=preset,
         llm=llm, backends=backends, confidence=confidence,
         concurrency=concurrency, progress=progress,
     )  # fmt: skip
