@@ -7,6 +7,11 @@ feature when the features are independent; with the hierarchy the f0 feature's e
 the f1 feature's decoder becomes ≈ f0 + f1, and the absorption fraction with probe f0 is ≈ P(f1|f0) = 0.2.
 Tying encoder and decoder removes absorption.
 
+From a random start (`init_true=False`, what the tests use) training resamples dead latents (Anthropic's
+"Towards Monosemanticity" resampling: a latent silent for 100 steps restarts at a badly reconstructed input) and can
+keep the lowest-objective of several `restarts`: the tied SAE sometimes settles in a rotated basis ((f0 ± f1)/√2), a
+local minimum with a higher objective than the true features (measured 0.0136 vs 0.0119).
+
     python -m evaluation.toy_absorption          # or: workbench absorption --toy
 """
 
@@ -49,9 +54,13 @@ class ToyConfig:
     lr: float = 3e-3
     """Adam learning rate."""
     init_true: bool = True
-    """Start the SAE at the true features (encoder = decoder = f0..f3), so any drift comes from the loss, not the
-    initialisation. With a random start the tied SAE often settles in a rotated basis ((f0 ± f1)/√2), a local
-    minimum that is neither absorbing nor monosemantic."""
+    """Start the SAE at the true features (encoder = decoder = f0..f3): quick and stable for the CLI's display. The
+    tests start from random decoders (False), where the tied SAE can settle in a rotated basis ((f0 ± f1)/√2), a
+    local minimum with a higher objective that `restarts` > 1 steps around."""
+    restarts: int = 1
+    """Train this many SAEs from different random starts and keep the lowest objective on a fixed sample."""
+    resample_every: int = 100
+    """During the first half of training, latents silent for this many steps restart at an input (0: never)."""
     seed: int = 0
     """Seeds the feature directions, the data and the SAE initialisation."""
 
@@ -113,8 +122,30 @@ def sample_batch(
 
 
 def train_toy_sae(cfg: ToyConfig, feats_FD: torch.Tensor) -> ToySAE:
-    """Train a 4-feature L1 SAE on freshly sampled toy inputs."""
-    gen = torch.Generator().manual_seed(cfg.seed + 1)
+    """Train `cfg.restarts` 4-feature L1 SAEs and keep the one with the lowest objective on a fixed sample."""
+    best: tuple[float, ToySAE] | None = None
+    x_ND, _ = sample_batch(cfg, feats_FD, 20_000, torch.Generator().manual_seed(cfg.seed + 3))
+    for restart in range(max(1, cfg.restarts)):
+        sae = _train_one(cfg, feats_FD, restart)
+        loss = toy_objective(cfg, sae, x_ND)
+        log.debug("toy restart %d: objective %.5f", restart, loss)
+        if best is None or loss < best[0]:
+            best = (loss, sae)
+    assert best is not None
+    return best[1]
+
+
+@torch.no_grad()
+def toy_objective(cfg: ToyConfig, sae: ToySAE, x_ND: torch.Tensor) -> float:
+    """MSE + L1 (the training objective) on `x_ND`."""
+    acts_NF = sae.encode(x_ND)
+    mse = (sae.decode(acts_NF) - x_ND).pow(2).sum(-1).mean()
+    return float(mse + cfg.l1_coeff * acts_NF.sum(-1).mean())
+
+
+def _train_one(cfg: ToyConfig, feats_FD: torch.Tensor, restart: int) -> ToySAE:
+    """Train one SAE (restart 0 keeps the single-run seeds)."""
+    gen = torch.Generator().manual_seed(cfg.seed + 1 + 7919 * restart)
     W_init_FD = feats_FD if cfg.init_true else torch.randn(N_FEATURES, cfg.d_model, generator=gen)
     sae = ToySAE(W_init_FD, cfg.tied)
     opt = torch.optim.Adam([p for p in sae.parameters() if p.requires_grad], lr=cfg.lr)
@@ -131,16 +162,34 @@ def train_toy_sae(cfg: ToyConfig, feats_FD: torch.Tensor) -> ToySAE:
 def _train_loop(
     cfg: ToyConfig, sae: ToySAE, opt: torch.optim.Optimizer, feats_FD: torch.Tensor, gen: torch.Generator
 ) -> None:
-    """Adam on MSE + L1, with the decoder renormalised after every step."""
-    for _ in tqdm(range(cfg.n_steps), desc="toy SAE", leave=False, disable=None):
+    """Adam on MSE + L1, with the decoder renormalised after every step and dead latents resampled early on."""
+    fired_F = torch.zeros(N_FEATURES, dtype=torch.bool)
+    for step in tqdm(range(cfg.n_steps), desc="toy SAE", leave=False, disable=None):
         x_BD, _ = sample_batch(cfg, feats_FD, cfg.batch_size, gen)
         acts_BF = sae.encode(x_BD)
+        fired_F |= (acts_BF > 0).any(0)
         mse = (sae.decode(acts_BF) - x_BD).pow(2).sum(-1).mean()
         loss = mse + cfg.l1_coeff * acts_BF.sum(-1).mean()
         opt.zero_grad()
         loss.backward()
         opt.step()
         sae.normalize_decoder()
+        if cfg.resample_every and (step + 1) % cfg.resample_every == 0 and step < cfg.n_steps // 2:
+            _resample_dead(sae, x_BD, ~fired_F, gen)
+            fired_F[:] = False
+
+
+@torch.no_grad()
+def _resample_dead(sae: ToySAE, x_BD: torch.Tensor, dead_F: torch.Tensor, gen: torch.Generator) -> None:
+    """Restart each dead latent at an input drawn with probability ∝ its squared reconstruction error."""
+    err_B = (sae.decode(sae.encode(x_BD)) - x_BD).pow(2).sum(-1) + 1e-12
+    for j in dead_F.nonzero().flatten().tolist():
+        i = int(torch.multinomial(err_B, 1, generator=gen))
+        direction_D = x_BD[i] / x_BD[i].norm().clamp(min=1e-8)
+        sae.W_dec_FD[j] = direction_D
+        if not sae.tied:
+            sae.W_enc_DF[:, j] = direction_D
+        sae.b_enc_F[j] = 0.0
 
 
 @dataclass(frozen=True)
