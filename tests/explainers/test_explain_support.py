@@ -12,6 +12,7 @@ corpus tokenised by SmolLM2's tokenizer:
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
@@ -27,9 +28,30 @@ WIDE_TOKENS = {"unto", "shall", "thou", "thy", "him", "thee"}
 CONTEXT = 32
 
 
-def planted_corpus(folder: Path, per_source: int = 25) -> Path:
-    """A small JSONL corpus with the first documents of four sources of the default corpus."""
-    want = {"kjv": per_source, "stdlib": per_source, "pydoc": per_source // 2, "wordnet": per_source // 2}
+Plant = Callable[[int, int, str, str], list[tuple[int, float]]]
+"""(window id, position, token string, source) → the (feature, activation) pairs planted at that token."""
+
+
+def default_plant(wid: int, pos: int, token: str, source: str) -> list[tuple[int, float]]:
+    """Features 0-4 of the module docstring."""
+    key = token.strip().lower()
+    out = []
+    if key in PLANTED_TOKENS:
+        out.append((0, PLANTED_TOKENS[key]))
+    if key == "lord":
+        out.append((3, 4.0))
+    if key in WIDE_TOKENS:
+        out.append((4, 3.0))
+    if source.startswith(("kjv", "stdlib")):
+        out.append((1, 1.0 + 0.5 * ((pos * 7 + wid) % 3)))
+    return out
+
+
+def planted_corpus(folder: Path, per_source: int = 25, want: dict[str, int] | None = None) -> Path:
+    """A small JSONL corpus with the first documents of sources of the default corpus (default: four sources)."""
+    want = dict(want) if want is not None else {
+        "kjv": per_source, "stdlib": per_source, "pydoc": per_source // 2, "wordnet": per_source // 2,
+    }  # fmt: skip
     docs = []
     with default_corpus_path().open(encoding="utf-8") as fh:
         for line in fh:
@@ -45,9 +67,12 @@ def planted_corpus(folder: Path, per_source: int = 25) -> Path:
     return path
 
 
-def build_planted_store(folder: Path, tokenizer) -> Store:
-    """Index the planted features over the small corpus into a fresh store."""
-    corpus = resolve_corpus(str(planted_corpus(folder)))
+def build_planted_store(
+    folder: Path, tokenizer, want: dict[str, int] | None = None, plant: Plant = default_plant
+) -> Store:
+    """Index the planted features (`plant`, default: the module docstring's) over a small corpus (documents per
+    source: `want`) into a fresh store."""
+    corpus = resolve_corpus(str(planted_corpus(folder, want=want)))
     store = Store.open(folder / "store.duckdb")
     store.register_sae(PLANTED_SAE, "tiny", "blocks.1.hook_resid_post", 64, 5, {"planted": True})
     store.start_index(PLANTED_SAE, corpus.name, CONTEXT, None, {"planted": True})
@@ -67,15 +92,8 @@ def build_planted_store(folder: Path, tokenizer) -> Store:
             for pos in range(1, CONTEXT):
                 if not mask[pos]:
                     continue
-                key = toks[pos].strip().lower()
-                if key in PLANTED_TOKENS:
-                    add(0, int(wid), pos, PLANTED_TOKENS[key])
-                if key == "lord":
-                    add(3, int(wid), pos, 4.0)
-                if key in WIDE_TOKENS:
-                    add(4, int(wid), pos, 3.0)
-                if src.startswith(("kjv", "stdlib")):
-                    add(1, int(wid), pos, 1.0 + 0.5 * ((pos * 7 + int(wid)) % 3))
+                for feature, value in plant(int(wid), pos, toks[pos], src):
+                    add(feature, int(wid), pos, value)
         windows = {
             "window_ids": b.window_ids, "tokens_BT": b.tokens_BT, "mask_BT": b.mask_BT, "texts": b.texts,
             "token_strings": strings, "sources": b.sources, "offsets": b.offsets,
