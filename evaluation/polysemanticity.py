@@ -5,9 +5,9 @@
   drawn from other features. The paper reports e.g. GPT-2 small SAE .458 vs .335 random.
 - Tree paper (Ma et al. NeurIPS 2025): explain with rule caps r = 1..5; for each r take the best test score over
   caps ≤ r over the best over all caps; polysemanticity = smallest r reaching ≥ 0.9. Features whose best score is
-  ≤ 0 or NaN are skipped (None). Per-layer means come with a t confidence interval. `rule_cap_sweep` runs it
-  (`workbench polysemanticity-sweep`): the explain job with the tree explainer at each cap, the score job's simulation
-  scorer on each explanation's test third, then the measure per feature and the mean over the SAE's features.
+  ≤ 0 or NaN are skipped (None). Per-layer means come with a t confidence interval. `evaluation.rule_cap_sweep`
+  runs it (`workbench polysemanticity-sweep`): the explain job at each cap, the score job's simulation scorer on
+  each explanation's test third, then the measure per feature and the mean over the SAE's features.
 - Complexity (tree paper): an LLM rates each rule 0..5 — `evaluation.complexity` (`workbench score --scorer
   complexity`); `rate_complexity` is re-exported here.
 
@@ -21,15 +21,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, ClassVar
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 import numpy as np
 
 from sae_workbench.evaluation.base import (
     ScoreBackends,
     ScoreConfig,
-    ScoreConfigError,
     ScoreOutcome,
     ScorerDefaults,
     TestRecords,
@@ -38,22 +37,16 @@ from sae_workbench.evaluation.complexity import COMPLEXITY_PROMPT_VERSION, rate_
 from sae_workbench.evaluation.scoring import MeanCI, t_confidence_interval
 from sae_workbench.explainers.prism import cluster_descriptions
 from sae_workbench.status import Status
-from sae_workbench.store import ExplanationRecord, Store
-
-if TYPE_CHECKING:
-    from sae_workbench.explainers.base import ExplainConfig
-    from sae_workbench.llm.config import LLMConfig
+from sae_workbench.store import ExplanationRecord
 
 __all__ = [
     "COMPLEXITY_PROMPT_VERSION",
     "POLYSEMANTICITY_THRESHOLD",
     "PolysemanticityScorer",
     "PrismPolysemanticity",
-    "RuleCapSweep",
     "mean_pairwise_cosine",
     "prism_polysemanticity",
     "rate_complexity",
-    "rule_cap_sweep",
     "tree_polysemanticity",
     "tree_polysemanticity_summary",
 ]
@@ -128,94 +121,6 @@ def tree_polysemanticity_summary(values: Sequence[int | None], confidence: float
     """Mean polysemanticity with a t CI over the features that were not skipped (tree paper: per layer; ref's
     figure draws 80% CIs, `paper_figs/polysemanticity_figs.py`)."""
     return t_confidence_interval([float(v) for v in values if v is not None], confidence)
-
-
-@dataclass(frozen=True)
-class RuleCapSweep:
-    """What `rule_cap_sweep` measured for one SAE."""
-
-    caps: tuple[int, ...]
-    """Rule caps explained with, ascending."""
-    scores: dict[int, dict[int, float]]
-    """feature → cap → test score (simulation Pearson; NaN where unscored, e.g. a dead feature)."""
-    explanation_ids: dict[int, dict[int, int]]
-    """feature → cap → stored explanation id."""
-    polysemanticity: dict[int, int | None]
-    """feature → smallest cap reaching 0.9 of its best score (None: skipped, best ≤ 0 or NaN)."""
-    summary: MeanCI
-    """Mean polysemanticity over the features not skipped, with its t CI."""
-    confidence: float = 0.95
-    """Level of the CI."""
-    provenance: dict[str, Any] = field(default_factory=dict)
-    """Preset, negatives, seed, record length, scorer backend."""
-
-
-def rule_cap_sweep(
-    store: Store,
-    sae_id: str,
-    features: Sequence[int],
-    caps: Sequence[int] = (1, 2, 3, 4, 5),
-    *,
-    explain: ExplainConfig | None = None,
-    method: str = "tree",
-    preset: str = "default",
-    llm: LLMConfig | None = None,
-    backends: ScoreBackends | None = None,
-    confidence: float = 0.95,
-    concurrency: int = 8,
-    progress: bool = True,
-) -> RuleCapSweep:
-    """Tree paper's polysemanticity: explain every feature at each rule cap with `method` ('tree', with the preset's
-    search settings, or 'oneshot', the spec's one-shot structured explanations; LLM only), resumably (the explain job
-    skips what is stored), score each explanation's test third with the simulation scorer, and take the smallest cap
-    reaching 0.9 of the best test score per feature (`tree_polysemanticity`)."""
-    from sae_workbench.evaluation.registry import make_scorer
-    from sae_workbench.evaluation.score_job import run_scoring, score_key
-    from sae_workbench.explainers.base import ExplainConfig
-    from sae_workbench.explainers.job import ExplainJob, config_key
-    from sae_workbench.explainers.oneshot import OneShotExplainer
-    from sae_workbench.explainers.tree import TreeExplainer
-
-    base = explain or ExplainConfig("tree")
-    ordered = tuple(sorted({int(c) for c in caps}))
-    if not ordered or ordered[0] < 1:
-        raise ScoreConfigError(f"rule caps must be positive integers, got {list(caps)}")
-    if method not in ("tree", "oneshot") or (method == "oneshot" and preset != "default"):
-        raise ScoreConfigError(
-            f"the sweep explains with 'tree' (any preset) or 'oneshot' (default), not {method!r}"
-        )
-    feats = sorted({int(f) for f in features})
-    backends = backends or ScoreBackends()
-    keys: dict[int, dict[int, str]] = {}
-    for cap in ordered:
-        run = replace(base, explainer=method, rule_cap=cap)
-        explainer = (
-            TreeExplainer.with_preset(run, preset)
-            if method == "tree"
-            else OneShotExplainer(run.split(), run.record_len, cap)
-        )
-        ExplainJob(store, sae_id, explainer, llm, concurrency=concurrency, progress=progress).run(feats)
-        keys[cap] = {f: config_key(sae_id, f, explainer, llm) for f in feats}
-    by_key = {e.config_key: e for e in store.explanations(sae_id=sae_id, explainer=method)}
-    ids = {f: {cap: int(by_key[keys[cap][f]].id or 0) for cap in ordered} for f in feats}
-    score_cfg = ScoreConfig(
-        "simulation", base.negatives, base.per_split, base.seed, record_length=base.record_len
-    )
-    run_scoring(store, sae_id, score_cfg, backends, explainer=method, features=feats, progress=progress)
-    scorer = make_scorer(score_cfg, backends)
-    scores: dict[int, dict[int, float]] = {}
-    for f in feats:
-        scores[f] = {}
-        for cap, eid in ids[f].items():
-            want = score_key(eid, score_cfg, scorer)
-            found = [s for s in store.scores(explanation_id=eid, scorer=scorer.name) if s.score_key == want]
-            value = found[0].metrics.get(scorer.headline) if found and found[0].status is Status.OK else None
-            scores[f][cap] = math.nan if value is None else float(value)
-    poly = {f: tree_polysemanticity(scores[f]) for f in feats}
-    provenance = {"method": method, "preset": preset, "negatives": base.negatives, "seed": base.seed, "record_len": base.record_len,
-                  "scorer": scorer.name, "backend": scorer.backend(), "llm": llm.model if llm else ""}  # fmt: skip
-    return RuleCapSweep(ordered, scores, ids, poly, tree_polysemanticity_summary(list(poly.values()), confidence),
-                        confidence, provenance)  # fmt: skip
 
 
 class PolysemanticityScorer(ScorerDefaults):

@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from sae_workbench import cli
-from sae_workbench.evaluation.polysemanticity import rule_cap_sweep, tree_polysemanticity
+from sae_workbench.evaluation.polysemanticity import tree_polysemanticity
+from sae_workbench.evaluation.rule_cap_sweep import rule_cap_sweep
 from sae_workbench.evaluation.score_job import ScoreConfigError
 from sae_workbench.explainers.base import ExplainConfig
 from sae_workbench.llm.config import LLMConfig
@@ -27,7 +28,7 @@ def test_sweep_measures_planted_polysemanticity_and_the_cli_reports_it(tmp_path,
     assert result.caps == (1, 2, 3, 4, 5)
     # Every (feature, cap) explained and scored once: five tree explanations per live feature, each with its cap.
     for f in (3, 4):
-        rows = {e.id: e for e in store.explanations(PLANTED_SAE, feature=f, explainer="tree")}
+        rows = {int(e.id or 0): e for e in store.explanations(PLANTED_SAE, feature=f, explainer="tree")}
         assert sorted(rows) == sorted(result.explanation_ids[f].values())
         assert all(len(rows[i].rules or []) <= cap for cap, i in result.explanation_ids[f].items())
     assert all(math.isnan(v) for v in result.scores[2].values())  # dead feature: never scored
@@ -85,7 +86,7 @@ def test_oneshot_sweep_with_an_llm(tmp_path, tiny_model):
             store, PLANTED_SAE, [4], (1, 3, 6), explain=ExplainConfig("oneshot", negatives="RANDOM_NEGATIVE"),
             method="oneshot", llm=llm, progress=False,
         )  # fmt: skip
-    stored = {e.id: e for e in store.explanations(PLANTED_SAE, feature=4, explainer="oneshot")}
+    stored = {int(e.id or 0): e for e in store.explanations(PLANTED_SAE, feature=4, explainer="oneshot")}
     assert [len(stored[result.explanation_ids[4][c]].rules or []) for c in (1, 3, 6)] == [1, 3, 6]
     scores = result.scores[4]
     assert scores[1] < scores[3] < scores[6] and result.polysemanticity[4] in (3, 6)

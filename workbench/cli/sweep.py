@@ -42,7 +42,7 @@ def polysemanticity_sweep(
 ) -> None:
     """Explain features at each rule cap (tree or one-shot), score them, and report polysemanticity."""
     from sae_workbench.evaluation.base import ScoreBackends, ScoreConfigError
-    from sae_workbench.evaluation.polysemanticity import rule_cap_sweep
+    from sae_workbench.evaluation.rule_cap_sweep import rule_cap_sweep
     from sae_workbench.explainers.base import ExplainConfig
     from sae_workbench.explainers.simulate import LLMSimulator
     from sae_workbench.llm.config import endpoint_status
