@@ -8,7 +8,13 @@ children; children are pruned to the top `width` by train score; the search stop
 reaches `stop_score`; the result is the node with the best VALIDATION score over the whole tree, which is kept.
 
 The proposer is an LLM (`LLMProposer`) or, offline, `LexicalEditor`, a rule editor that adds, removes, narrows or
-re-weights rules from the worst record — so the search itself runs and is tested without an LLM.
+re-weights rules from the worst record — so the search itself runs and is tested without an LLM. The LLM proposer's
+revisions continue their branch's conversation, as the reference does: every train record, then each earlier
+explanation of the branch with its answer and feedback (`explainers.prompts.tree`).
+
+`TreeConfig()` holds the spec's settings; `TreeConfig.paper()` (`--preset paper`) the reference's paper runs: depth 2,
+width 2, roots at temperature 1.0 after 5 few-shot examples, train without negatives, train/valid scored on the 0..5
+values, the stop rule checked only after a level's pruning (docs/deviations-tree.md).
 """
 
 from __future__ import annotations
