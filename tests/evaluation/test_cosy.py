@@ -1,8 +1,11 @@
-"""CoSy end to end with the tiny model and a planted SAE feature that fires on the token " def"."""
+"""CoSy end to end with the tiny model and a planted SAE feature that fires on the token " def": texts written by a
+scripted LLM on the fake OpenAI-compatible server (new texts, not corpus windows), the paper preset's prompt and token
+cut, and the offline corpus-rule composer's bookkeeping."""
 
 from __future__ import annotations
 
 import asyncio
+import re
 
 import numpy as np
 import pytest
@@ -11,12 +14,17 @@ import torch
 from sae_workbench.evaluation.cosy import (
     CorpusRuleGenerator,
     CorpusSnippet,
+    CosyConfig,
+    LLMGenerator,
     ModelFeatureMeans,
-    score_description,
+    cosy_score,
 )
 from sae_workbench.evaluation.score_job import ScoreBackends, ScoreConfig, run_scoring
+from sae_workbench.llm.client import LLMClient
+from sae_workbench.llm.config import LLMConfig
 from sae_workbench.status import Status
 from tests.evaluation.test_scoring_planted import SAE_ID, build_planted_store
+from tests.fake_llm import FakeLLM
 
 HOOK = "hook_embed"  # the token embedding: the planted encoder reads token identity exactly
 
@@ -53,19 +61,85 @@ def _snippets_and_control(store) -> tuple[list[CorpusSnippet], list[str]]:
     return snippets, control
 
 
-def test_correct_description_scores_near_one_random_near_half(
+FILLER = " The morning was quiet and the river ran slowly past the old mill near the village."
+NAMES = ["Ana", "Ben", "Chloe", "Dev", "Emma", "Farid", "Grace", "Hugo", "Ines", "Jon", "Kai", "Lena"]
+
+
+def scripted_generator(body: dict) -> str:
+    """A scripted LLM on the fake server: it writes NEW texts (templates, never corpus windows) that contain the
+    token " def" when the description names it, and texts about people otherwise. Asked for a word count (the
+    paper's prompt), it writes long texts whose code sits after ~150 tokens of filler."""
+    content = body["messages"][-1]["content"]
+    n = int(re.search(r"Write (\d+)", content).group(1))  # type: ignore[union-attr]
+    long_texts = re.search(r"texts of (\d+) words", content) is not None
+    description = content.split("The texts should include:\n")[-1] if long_texts else content.splitlines()[1]
+    lines = []
+    for i in range(n):
+        if "def" in description:
+            text = (
+                f"In step {i} {NAMES[i]} wrote def scale_{i}(value): return value * {i + 2} in the notebook."
+            )
+        else:
+            text = (
+                f"{NAMES[i]} met {NAMES[i + 1]} at the market and they talked about the weather for a while."
+            )
+        lines.append(FILLER * 12 + " " + text if long_texts else text)
+    return "\n".join(lines)
+
+
+def _generate(server: FakeLLM, description: str, settings: CosyConfig) -> list[str]:
+    async def go() -> list[str]:
+        config = LLMConfig(model="scripted", base_url=server.base_url, timeout_s=5, backoff_base_s=0.001)
+        async with LLMClient(config) as llm:
+            return await LLMGenerator(llm, settings=settings).generate(description)
+
+    return asyncio.run(go())
+
+
+def test_llm_generated_texts_discriminate_a_correct_from_an_unrelated_description(
     store, planted_means: ModelFeatureMeans
 ) -> None:
+    """CoSy's discriminative power with texts the generator wrote itself (none is a corpus window): the correct
+    description gets AUC near 1, an unrelated one near 0.5 (spec prism.md, "How to validate")."""
     snippets, control = _snippets_and_control(store)
     fn = planted_means.for_feature(0)
     a0 = fn(control)
     assert a0.shape == (len(control),) and float(np.median(a0)) == 0.0
-    gen = CorpusRuleGenerator(snippets, seed=0)
-    good, texts = asyncio.run(score_description(gen, '"def"', fn, a0))
-    assert len(texts) == 10 and all("def" in t.lower() for t in texts)
-    rand, _ = asyncio.run(score_description(gen, "people", fn, a0))
+    corpus_text = "\n".join("".join(s.tokens) for s in snippets) + "\n".join(control)
+    with FakeLLM(responder=scripted_generator) as server:
+        good_texts = _generate(
+            server, "the Python keyword def that starts a function definition", CosyConfig()
+        )
+        bad_texts = _generate(server, "people chatting at a market", CosyConfig())
+        assert "one or two sentences" in server.requests[0].body["messages"][-1]["content"]
+    assert len(good_texts) == 10 and not any(t in corpus_text for t in good_texts + bad_texts)
+    good = cosy_score(fn(good_texts), a0)
+    bad = cosy_score(fn(bad_texts), a0)
     assert good.auc > 0.9 and good.mad > 1.0 and good.mannwhitney_p < 0.01
-    assert 0.3 < rand.auc < 0.7 and rand.mad < good.mad
+    assert 0.3 < bad.auc < 0.7 and bad.mad < good.mad
+
+
+def test_paper_preset_asks_for_512_words_and_reads_512_tokens(
+    store, planted_means: ModelFeatureMeans, tiny_model
+) -> None:
+    """The paper preset asks for 512-word texts; its 512-token cut reads code that a 128-token cut drops."""
+    _, control = _snippets_and_control(store)
+    paper = CosyConfig.paper()
+    assert (paper.words_per_text, paper.n_control, paper.max_tokens) == (512, 1000, 512)
+    with FakeLLM(responder=scripted_generator) as server:
+        texts = _generate(server, "the Python keyword def that starts a function definition", paper)
+        assert "Write 10 texts of 512 words each." in server.requests[0].body["messages"][-1]["content"]
+    n_tokens = [len(tiny_model.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
+    assert min(n_tokens) > 160 and max(n_tokens) < 250  # the code starts after the first 128 tokens
+    long_cut = ModelFeatureMeans(
+        tiny_model, HOOK, planted_means.encode, bos_id=0, max_tokens=paper.max_tokens
+    )
+    short_cut = ModelFeatureMeans(
+        tiny_model, HOOK, planted_means.encode, bos_id=0, max_tokens=CosyConfig().max_tokens
+    )
+    seen = cosy_score(long_cut.for_feature(0)(texts), long_cut.for_feature(0)(control))
+    cut = cosy_score(short_cut.for_feature(0)(texts), short_cut.for_feature(0)(control))
+    assert seen.auc > 0.9 and cut.auc < 0.7
 
 
 def test_cosy_runner_records_descriptions(store, planted_means: ModelFeatureMeans) -> None:
