@@ -39,6 +39,8 @@ from sae_workbench.evaluation.probing import (
     sae_feature_acts,
     train_letter_probes,
 )
+from sae_workbench.model_identity import check_model_identity
+from sae_workbench.sae.io import recorded_fingerprint, recorded_model
 
 log = logging.getLogger(__name__)
 
@@ -357,8 +359,9 @@ class AbsorptionConfig:
         )
 
 
-def check_sae_fits_probe(sae: Any, model: Any, hook: str) -> None:
-    """Raise SAEMismatchError when the SAE's width, hook or model name does not fit the probed residual."""
+def check_sae_fits_probe(sae: Any, model: Any, hook: str, force_model: bool = False) -> None:
+    """Raise SAEMismatchError when the SAE's width or hook does not fit the probed residual, ModelMismatchError when
+    it records another model (aliases accepted; `force_model` warns instead, see `sae_workbench.model_identity`)."""
     d_in = int(sae.W_dec.shape[1])
     if d_in != model.cfg.d_model:
         raise SAEMismatchError(
@@ -371,12 +374,7 @@ def check_sae_fits_probe(sae: Any, model: Any, hook: str) -> None:
         raise SAEMismatchError(
             f"SAE was trained on {sae_hook} but absorption would probe {hook}; pass --layer to match."
         )
-    sae_model = getattr(meta, "model_name", None)
-    if sae_model and sae_model != model.cfg.model_name:
-        raise SAEMismatchError(
-            f"SAE was trained on model {sae_model!r} but the probed model is {model.cfg.model_name!r}; "
-            "load the matching model with --model."
-        )
+    check_model_identity(recorded_model(sae), model, fingerprint=recorded_fingerprint(sae), force=force_model)
 
 
 def evaluate_absorption(
@@ -425,8 +423,11 @@ def evaluate_absorption(
     return AbsorptionResult(metrics, letters, words, absorbing_features(words))
 
 
-def run_absorption(model: Any, sae: Any, cfg: AbsorptionConfig = AbsorptionConfig()) -> AbsorptionResult:
-    """The whole eval: check the SAE fits, collect (or load cached) probe activations, evaluate."""
-    check_sae_fits_probe(sae, model, cfg.probing.hook())
+def run_absorption(
+    model: Any, sae: Any, cfg: AbsorptionConfig = AbsorptionConfig(), *, force_model: bool = False
+) -> AbsorptionResult:
+    """The whole eval: check the SAE fits (`force_model`: another model only warns), collect (or load cached) probe
+    activations, evaluate."""
+    check_sae_fits_probe(sae, model, cfg.probing.hook(), force_model)
     acts = collect_probe_activations(model, cfg.probing)
     return evaluate_absorption(sae, acts, cfg)

@@ -387,6 +387,12 @@ def recorded_model(sae: SAE[Any] | dict[str, Any]) -> str | None:
     return _recorded(sae, "model_name")
 
 
+def recorded_fingerprint(sae: SAE[Any] | dict[str, Any]) -> str | None:
+    """The subject model's weights fingerprint the SAE's cfg records (`metadata.model_fingerprint`,
+    `sae_workbench.model_identity.model_fingerprint`), or None."""
+    return _recorded(sae, "model_fingerprint")
+
+
 def resolve_hook(sae: SAE[Any] | dict[str, Any], hook: str | None) -> str:
     """The hook a command applies the SAE to: `hook` when given (--hook), else the one its cfg records, else the
     workbench's default hook."""

@@ -59,3 +59,50 @@ def test_resolve_hook_reads_the_cfg_in_either_place(tmp_path: Path) -> None:
     assert recorded_hook(bare) is None and resolve_hook(bare, None) == defaults.DEFAULT_HOOK
     # Older sae-lens cfgs keep hook_name at the top level, not under metadata.
     assert recorded_hook({"hook_name": "blocks.2.hook_mlp_out", "d_in": 4}) == "blocks.2.hook_mlp_out"
+
+
+def _absorption_args(sae_dir: Path, *extra: str) -> list[str]:
+    return ["absorption", "--sae", str(sae_dir), "--model", "tiny", "--max-words", "200",
+            "--n-icl-examples", "2", "--min-letters", "0", "--min-probe-f1", "-1", *extra]  # fmt: skip
+
+
+def _saved_sae(tmp_path: Path, model_name: str) -> Path:
+    sae = make_sae(hook="blocks.1.hook_resid_post")
+    sae.cfg.metadata.model_name = model_name
+    return save_sae(sae, tmp_path / "sae")
+
+
+def test_absorption_accepts_an_alias_of_the_probed_model(app, tmp_path: Path, monkeypatch) -> None:
+    """An SAE whose cfg spells the model differently ('TINY' for 'tiny', as SAELens cfgs spell SmolLM2 by its hub
+    id) is not refused; the eval runs."""
+    monkeypatch.setenv("WORKBENCH_HOME", str(_home(tmp_path)))
+    result = CliRunner().invoke(app, _absorption_args(_saved_sae(tmp_path, "TINY")))
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert "mean_absorption_fraction_score=" in result.output
+
+
+def test_absorption_refuses_another_model_unless_forced(app, tmp_path: Path, monkeypatch, caplog) -> None:
+    from sae_workbench.evaluation.absorption import ProbeTooWeakError
+    from sae_workbench.model_identity import ModelMismatchError
+
+    monkeypatch.setenv("WORKBENCH_HOME", str(_home(tmp_path)))
+    sae_dir = _saved_sae(tmp_path, "HuggingFaceTB/SmolLM2-135M-Instruct")
+    refused = CliRunner().invoke(app, _absorption_args(sae_dir))
+    assert isinstance(refused.exception, ModelMismatchError), refused.output
+    assert "--force-model" in str(refused.exception) and "d_model" in str(refused.exception)
+    # Forced, the eval goes on past the model check (to the letter probes, where 27 letters can never qualify:
+    # that stops the run without paying for the k-sparse probes) and the mismatch is a logged warning.
+    with caplog.at_level("WARNING", logger="sae_workbench.model_identity"):
+        forced = CliRunner().invoke(app, [*_absorption_args(sae_dir, "--force-model"), "--min-letters", "27"])
+    assert isinstance(forced.exception, ProbeTooWeakError), (forced.output, forced.exception)
+    assert any("--force-model" in r.getMessage() for r in caplog.records if r.levelname == "WARNING")
+
+
+def _home(tmp_path: Path) -> Path:
+    """A fresh WORKBENCH_HOME (no cached probe data) that reuses the converted models and tokenizer."""
+    from sae_workbench import paths
+
+    home = tmp_path / "home"
+    home.mkdir(exist_ok=True)
+    (home / "models").symlink_to(paths.models_dir(), target_is_directory=True)
+    return home

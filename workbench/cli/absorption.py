@@ -100,6 +100,7 @@ def absorption(
     ),
     seed: options.OptionalSeed = None,
     force: bool = typer.Option(False, help="Recompute even if the store already has this result."),
+    force_model: options.ForceModel = False,
 ) -> None:
     """Measure feature absorption (Chanin et al. 2409.14507) with SAEBench's metrics, or run the toy model."""
     if toy:
@@ -151,7 +152,7 @@ def absorption(
             typer.echo(f"already in {store} (eval {done[-1].id}); --force recomputes. {json.dumps(m)}")
             return
     subject = load_model(model, dtype=dtype)
-    result = run_absorption(subject, loaded, cfg)
+    result = run_absorption(subject, loaded, cfg, force_model=force_model)
     doc = absorption_eval_json(
         result,
         cfg,

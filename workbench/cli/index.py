@@ -31,18 +31,26 @@ def index(
         None, help="Keep only the k largest activations per token (default: all)."
     ),
     device: options.Device = defaults.DEFAULT_DEVICE,
+    force_model: options.ForceModel = False,
 ) -> None:
     """Run the model + SAE over a corpus and store sparse activations, windows and per-feature statistics."""
     from sae_workbench.corpus import resolve_corpus
+    from sae_workbench.model_identity import check_model_identity
     from sae_workbench.models import load_model
     from sae_workbench.sae.indexing import IndexConfig, index_sae
-    from sae_workbench.sae.io import load_sae, resolve_hook
+    from sae_workbench.sae.io import load_sae, recorded_fingerprint, recorded_model, resolve_hook
     from sae_workbench.sae.metrics import read_metrics
     from sae_workbench.store import Store
 
     loaded_model = load_model(model, device=device)
     loaded_sae = load_sae(sae, device=device, hook=hook)
     hook = resolve_hook(loaded_sae, hook)  # --hook not given: the hook the SAE's cfg records
+    check_model_identity(
+        recorded_model(loaded_sae),
+        loaded_model,
+        fingerprint=recorded_fingerprint(loaded_sae),
+        force=force_model,
+    )
     cfg = IndexConfig(context_size=context_size, top_k=top_k, batch_size=batch_size)
     sae_dir = Path(sae).expanduser()
     # index_sae checks the hook and window size against the model and the SAE (once), and reads the SAE's id back

@@ -83,6 +83,14 @@ SaeHook = Annotated[
         "blocks.3.hook_resid_post).",
     ),
 ]
+ForceModel = Annotated[
+    bool,
+    typer.Option(
+        "--force-model",
+        help="Use --model even when the SAE's cfg records another model (a warning instead of an error; "
+        "known aliases such as HuggingFaceTB/SmolLM2-135M-Instruct for smollm2-135m always pass).",
+    ),
+]
 Hooks = Annotated[
     list[str],
     typer.Option("--hook", help="Hook to read; repeat for several (the forward stops after the last)."),
