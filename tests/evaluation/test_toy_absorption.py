@@ -57,7 +57,9 @@ def test_absorbing_solution_has_a_lower_objective_than_the_true_features() -> No
     trained = train_toy_sae(cfg, feats_FD)
     assert evaluate_toy(cfg, trained, feats_FD).absorption_fraction > 0.15
     x_ND, _ = sample_batch(cfg, feats_FD, 20_000, torch.Generator().manual_seed(7))
-    monosemantic = ToySAE(feats_FD, tied=False)  # encoder = decoder = f0..f3, zero biases: exact reconstruction
+    monosemantic = ToySAE(
+        feats_FD, tied=False
+    )  # encoder = decoder = f0..f3, zero biases: exact reconstruction
     assert toy_objective(cfg, trained, x_ND) < toy_objective(cfg, monosemantic, x_ND) - 5e-4
 
 

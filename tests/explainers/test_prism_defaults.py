@@ -61,7 +61,9 @@ def test_defaults_are_the_papers() -> None:
 def test_default_percentile_keeps_the_top_percent_of_all_windows(store: Store, feature: int) -> None:
     (e,) = store.explanations(PLANTED_SAE, feature=feature, explainer="prism")
     picked = {w for c in e.extra["clusters"] for w in c["window_ids"]}
-    n_windows = store.index_progress(PLANTED_SAE).next_window
+    progress = store.index_progress(PLANTED_SAE)
+    assert progress is not None
+    n_windows = progress.next_window
     active, _ = store.window_text_scores(PLANTED_SAE, feature)
     assert n_windows > 4000 and len(active) > len(picked) + 30  # the percentile, not the firing set, limits
     assert 0.008 * n_windows <= len(picked) <= 0.012 * n_windows
