@@ -105,3 +105,20 @@ def test_absorption_paper_preset_reaches_the_eval_json(app, tmp_path: Path, monk
     probing = doc["eval_config"]["workbench"]["probing"]
     assert doc["workbench_preset"] == "paper" and probing["n_icl_examples"] == 10
     assert probing["probe_batch_size"] == 64
+
+
+def test_score_rejects_an_unknown_preset_before_opening_the_store(app, tmp_path: Path) -> None:
+    args = [
+        "score",
+        "--store",
+        str(tmp_path / "none.duckdb"),
+        "--sae",
+        "x",
+        "--scorer",
+        "cosy",
+        "--preset",
+        "fast",
+    ]
+    out = CliRunner().invoke(app, args)
+    assert isinstance(out.exception, ScoreConfigError) and "unknown CoSy preset 'fast'" in str(out.exception)
+    assert not (tmp_path / "none.duckdb").exists()
