@@ -87,6 +87,10 @@ Public API of `Store` (records are frozen dataclasses from `sae_workbench.store.
   llm_cache_get(key) -> LLMCacheEntry | None;  llm_cache_put(key, model, response: dict, tokens: int) -> None
   llm_cache_put_many([(key, model, response, tokens), ...]) -> None
 
+  Your own SQL (read-only; works while a job holds the file: it waits its turn through the lease)
+  query(sql, params=None) -> pa.Table   (one SELECT / WITH / DESCRIBE / SHOW / SUMMARIZE / EXPLAIN; else
+  QueryNotAllowedError) — the CLI's `workbench sql --store S "SELECT ..."`
+
   Export / import
   export_parquet(folder) -> list[Path];  import_parquet(folder) -> list[str]
   sae_workbench.store.export.export_neuronpedia(store, sae_id, path, ...) -> int   (gzipped JSONL)
@@ -95,6 +99,7 @@ Public API of `Store` (records are frozen dataclasses from `sae_workbench.store.
 from sae_workbench.store.errors import (
     DuplicateScoreError,
     NotIndexedError,
+    QueryNotAllowedError,
     SAEConflictError,
     SchemaVersionError,
     StoreBusyError,
@@ -131,6 +136,7 @@ __all__ = [
     "IndexProgress",
     "LLMCacheEntry",
     "NotIndexedError",
+    "QueryNotAllowedError",
     "SAEConflictError",
     "SAERecord",
     "Sample",

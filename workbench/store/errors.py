@@ -46,3 +46,7 @@ class IndexConfigError(StoreError):
 
 class DuplicateScoreError(StoreError):
     """A score whose score_key is already stored (or repeated in one batch): scoring it again would duplicate it."""
+
+
+class QueryNotAllowedError(StoreError):
+    """A query for `Store.query` / `workbench sql` that is not one read-only statement, or that DuckDB rejects."""

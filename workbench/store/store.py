@@ -3,7 +3,7 @@
 saes.py (saes) · windows.py (windows) · indexing.py (index_runs, activations_staging, activations) ·
 activations.py (per-feature reads, example draws) · stats.py (feature_stats, feature_neighbours) ·
 explanations.py · scores.py (scores, evals) · samples.py · llm_cache.py · embeddings.py (window_vectors) ·
-attributions.py (attributions, feature_effects) ·
+attributions.py (attributions, feature_effects) · query.py (the caller's own read-only SQL) ·
 parquet.py (export / import) · base.py (sessions, transactions, the session cache)
 """
 
@@ -20,6 +20,7 @@ from sae_workbench.store.explanations import Explanations
 from sae_workbench.store.llm_cache import LLMCache
 from sae_workbench.store.migrations import LATEST_VERSION, migrate, schema_version_of
 from sae_workbench.store.parquet import Parquet
+from sae_workbench.store.query import Query
 from sae_workbench.store.samples import Samples
 from sae_workbench.store.scores import Scores
 from sae_workbench.store.stats import Stats
@@ -29,7 +30,17 @@ __all__ = ["IndexConfigError", "Session", "Store", "StoreBase"]
 
 
 class Store(
-    Activations, Stats, Tokens, Explanations, Scores, Samples, LLMCache, Embeddings, Parquet, Attributions
+    Activations,
+    Stats,
+    Tokens,
+    Explanations,
+    Scores,
+    Samples,
+    LLMCache,
+    Embeddings,
+    Parquet,
+    Attributions,
+    Query,
 ):
     """A DuckDB feature store file. Open with `Store.open(path, read_only=False)`; see the package docstring."""
 

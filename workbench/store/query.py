@@ -1,0 +1,57 @@
+"""Your own read-only SQL on the store, safe to run while a job holds the file (`Store.query`, `workbench sql`).
+
+A raw `duckdb.connect(path, read_only=True)` fails with DuckDB's lock error while a writer (the explain job's lease,
+`workbench index`) holds the file. `query` goes through the store's own attachment instead: it retries on the lock,
+announces that it waits (the job's lease steps aside for it at its next feature boundary) and reads one consistent
+snapshot. Only a single SELECT-like statement is accepted (SELECT, WITH … SELECT, FROM …, DESCRIBE, SHOW,
+SUMMARIZE, VALUES, EXPLAIN); anything else raises QueryNotAllowedError before the file is touched.
+
+    Store.open("runs/store.duckdb", read_only=True).query("SELECT sae_id, count(*) FROM explanations GROUP BY 1")
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import duckdb
+
+from sae_workbench.store.base import StoreBase
+from sae_workbench.store.errors import QueryNotAllowedError
+from sae_workbench.store.sql import Table, arrow
+
+# DuckDB parses DESCRIBE / SHOW / SUMMARIZE / FROM-first / VALUES queries as SELECT statements.
+_READ_STATEMENTS = (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN)
+
+
+def read_only_statement(sql: str) -> str:
+    """The one read statement in `sql` (trailing semicolon dropped); QueryNotAllowedError for no statement,
+    several, a parse error, or any statement that is not a read (INSERT, DELETE, DDL, ATTACH, COPY, PRAGMA, SET…)."""
+    try:
+        statements = duckdb.extract_statements(sql)
+    except duckdb.Error as exc:
+        raise QueryNotAllowedError(f"cannot parse the query: {exc}") from exc
+    if len(statements) != 1:
+        raise QueryNotAllowedError(
+            f"pass exactly one SELECT statement (got {len(statements)}); run several queries one at a time."
+        )
+    (statement,) = statements
+    if statement.type not in _READ_STATEMENTS:
+        raise QueryNotAllowedError(
+            f"only reads are allowed (SELECT, WITH, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN); got a "
+            f"{statement.type.name} statement. The store is written only by the workbench's own commands."
+        )
+    return statement.query.strip().rstrip(";")
+
+
+class Query(StoreBase):
+    """Read-only SQL of the caller's own (`query`)."""
+
+    def query(self, sql: str, params: list[Any] | None = None) -> Table:
+        """Run one read-only statement (`read_only_statement`) on the store and return its rows as a pyarrow Table;
+        waits for a job holding the file like every store call (up to busy_timeout_s)."""
+        statement = read_only_statement(sql)
+        with self._conn() as conn:
+            try:
+                return arrow(conn, statement, params)
+            except duckdb.Error as exc:
+                raise QueryNotAllowedError(f"the query failed: {exc}") from exc
