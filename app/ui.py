@@ -8,9 +8,16 @@ from typing import TypeVar
 import streamlit as st
 
 from sae_workbench.app import queries, render
+from sae_workbench.app.main import PAGES_DIR
 from sae_workbench.store.records import SAERecord
 
 T = TypeVar("T")
+
+
+def page_script(name: str) -> str:
+    """Absolute path of a page script, for `st.page_link`: a relative one would be resolved against the entry
+    script's folder, which differs between `workbench app` (serve/) and `streamlit run app/main.py`."""
+    return str(PAGES_DIR / f"{name}.py")
 
 
 def page_setup() -> None:

@@ -44,7 +44,7 @@ else:
     st.dataframe(flips, hide_index=True, width="stretch")
     for f in flips["feature"].unique()[:10]:
         st.page_link(
-            "page_scripts/feature.py",
+            ui.page_script("feature"),
             label=f"open feature {f}",
             query_params={"sae": sae.sae_id, "feature": str(f)},
         )

@@ -99,7 +99,7 @@ with right:
             col.caption("– (filled by `workbench index`)")
         for nid, val in list(zip(ids, vals, strict=True))[:8]:
             col.page_link(
-                "page_scripts/feature.py",
+                ui.page_script("feature"),
                 label=f"feature {nid} · {val:.2f}",
                 query_params={"sae": sae.sae_id, "feature": str(nid)},
             )

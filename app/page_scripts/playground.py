@@ -86,7 +86,7 @@ for pos in np.flatnonzero(counted):
     )
 st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
 st.page_link(
-    "page_scripts/feature.py",
+    ui.page_script("feature"),
     label=f"Open feature {chosen}",
     query_params={"sae": sae.sae_id, "feature": str(chosen)},
 )

@@ -26,7 +26,7 @@ with by_text:
         for hit in hits:
             cols = st.columns([1, 6])
             cols[0].page_link(
-                "page_scripts/feature.py",
+                ui.page_script("feature"),
                 label=f"feature {hit.feature}",
                 query_params={"sae": hit.sae_id, "feature": str(hit.feature)},
             )
@@ -69,7 +69,7 @@ with by_token:
             )
             for h in found[:10]:
                 st.page_link(
-                    "page_scripts/feature.py",
+                    ui.page_script("feature"),
                     label=f"open feature {h.feature}",
                     query_params={"sae": sae.sae_id, "feature": str(h.feature)},
                 )
@@ -79,7 +79,7 @@ with by_id:
         "Feature id", min_value=0, max_value=max(sae.d_sae - 1, 0), value=0, key="feature_id_query"
     )
     st.page_link(
-        "page_scripts/feature.py",
+        ui.page_script("feature"),
         label=f"Open feature {fid}",
         query_params={"sae": sae.sae_id, "feature": str(fid)},
     )
