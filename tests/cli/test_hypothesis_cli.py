@@ -12,7 +12,7 @@ from typer.testing import CliRunner
 from sae_workbench import cli
 from sae_workbench.explainers.manual import HypothesisError, parse_hypothesis, parse_rule_lines
 from sae_workbench.status import Status
-from sae_workbench.store import Store, UnknownSAEError
+from sae_workbench.store import Store, StoreNotFoundError, UnknownSAEError
 from tests.explainers.test_explain_support import PLANTED_SAE, build_planted_store
 
 runner = CliRunner()
@@ -81,6 +81,8 @@ def test_bad_hypotheses_raise_typed_errors(app, planted_path):
         ([*store, "--feature", "0", "--rule", "a", "--rule", "b", "--strength", "1"], HypothesisError, "one per rule"),
         ([*store, "--feature", "4000", "--text", "x"], HypothesisError, "out of range"),
         (["--store", str(planted_path), "--sae", "nope", "--feature", "0", "--text", "x"], UnknownSAEError, "nope"),
+        (["--store", str(planted_path.with_name("none.duckdb")), "--sae", PLANTED_SAE, "--feature", "0", "--text", "x"],
+         StoreNotFoundError, "No store"),
     ]  # fmt: skip
     before = len(Store.open(planted_path, read_only=True).explanations(PLANTED_SAE))
     for args, error, words in cases:
@@ -88,6 +90,7 @@ def test_bad_hypotheses_raise_typed_errors(app, planted_path):
         assert isinstance(result.exception, error), (args, result.exception)
         assert words in str(result.exception)
     assert len(Store.open(planted_path, read_only=True).explanations(PLANTED_SAE)) == before
+    assert not planted_path.with_name("none.duckdb").exists()  # no empty store left behind
     with pytest.raises(HypothesisError, match="at most 5"):
         parse_hypothesis("", [(f'"t{i}"', 1) for i in range(6)])
 

@@ -38,8 +38,12 @@ def hypothesis(
         parse_hypothesis,
         store_hypothesis,
     )
-    from sae_workbench.store import Store
+    from sae_workbench.store import Store, StoreNotFoundError
 
+    if not store.exists():
+        raise StoreNotFoundError(
+            f"No store at {store}; `workbench index --store {store} ...` creates and fills it."
+        )
     if strength and len(strength) != len(rule):
         raise HypothesisError(
             f"{len(strength)} --strength for {len(rule)} --rule; give one per rule, or none (all {DEFAULT_STRENGTH})"
