@@ -378,14 +378,14 @@ def check_sae_fits_probe(sae: Any, model: Any, hook: str, force_model: bool = Fa
 
 
 def evaluate_absorption(
-    sae: Any, acts: ProbeActivations, cfg: AbsorptionConfig = AbsorptionConfig()
+    sae: Any, acts: ProbeActivations, cfg: AbsorptionConfig = AbsorptionConfig(), progress: bool = False
 ) -> AbsorptionResult:
     """Probe, refuse when probes are weak, k-sparse-probe the SAE, and score absorption on probe true positives.
 
     Absorption is read from the same test prompts the probes are evaluated on (SAEBench re-prompts the same test
     words with fresh ICL examples; reusing the cached residuals saves a second pass of the model).
     """
-    probes = train_letter_probes(acts, cfg.probing)
+    probes = train_letter_probes(acts, cfg.probing, progress)
     qualifying = sum(f1 > cfg.min_probe_f1 for f1 in probes.f1)
     if qualifying < cfg.min_letters:
         f1s = ", ".join(f"{c}={f:.2f}" for c, f in zip(LETTERS, probes.f1, strict=True))
@@ -394,12 +394,12 @@ def evaluate_absorption(
             f"probe F1 per letter: {f1s}. Use more words (≥ 20k; --max-words), another layer (--layer), "
             "or lower --min-letters."
         )
-    train_acts = sae_feature_acts(sae, acts.train_resid_ND)
-    test_acts = sae_feature_acts(sae, acts.test_resid_ND)
+    train_acts = sae_feature_acts(sae, acts.train_resid_ND, progress=progress)
+    test_acts = sae_feature_acts(sae, acts.test_resid_ND, progress=progress)
     ksparse = k_sparse_probing(
         train_acts, acts.train_labels, test_acts, acts.test_labels,
         max_k=cfg.max_k, tau=cfg.f1_jump_threshold, l1_decay=cfg.k_sparse_l1_decay, epochs=cfg.k_sparse_epochs,
-        seed=cfg.probing.seed,
+        seed=cfg.probing.seed, progress=progress,
     )  # fmt: skip
     W_dec_FD = sae.W_dec.detach().float().cpu()
     letters, words = [], []
@@ -424,10 +424,15 @@ def evaluate_absorption(
 
 
 def run_absorption(
-    model: Any, sae: Any, cfg: AbsorptionConfig = AbsorptionConfig(), *, force_model: bool = False
+    model: Any,
+    sae: Any,
+    cfg: AbsorptionConfig = AbsorptionConfig(),
+    *,
+    force_model: bool = False,
+    progress: bool = False,
 ) -> AbsorptionResult:
     """The whole eval: check the SAE fits (`force_model`: another model only warns), collect (or load cached) probe
-    activations, evaluate."""
+    activations, evaluate; `progress` shows a bar for every step."""
     check_sae_fits_probe(sae, model, cfg.probing.hook(), force_model)
-    acts = collect_probe_activations(model, cfg.probing)
-    return evaluate_absorption(sae, acts, cfg)
+    acts = collect_probe_activations(model, cfg.probing, progress)
+    return evaluate_absorption(sae, acts, cfg, progress)

@@ -118,10 +118,10 @@ def first_letter_index(word: str) -> int:
     return LETTERS.index(next(c for c in word.strip() if c.isalpha()).lower())
 
 
-def alphabetic_vocab(tokenizer: Any) -> list[tuple[int, str]]:
+def alphabetic_vocab(tokenizer: Any, progress: bool = False) -> list[tuple[int, str]]:
     """(token id, decoded text) of every token made only of ASCII letters, with an optional leading space."""
     out = []
-    for tid in range(len(tokenizer)):
+    for tid in tqdm(range(len(tokenizer)), desc="alphabetic vocabulary", unit="tok", disable=not progress):
         text = tokenizer.decode([tid])
         body = text[1:] if text.startswith(" ") else text
         if body and body.isascii() and body.isalpha():
@@ -183,8 +183,23 @@ def _split_words(
     return words[:n_train], words[n_train:]
 
 
+def _tokenize_chunked(tokenizer: Any, texts: list[str], bar: Any, chunk: int = 2048) -> list[list[int]]:
+    """`_tokenize` in chunks, advancing `bar` by each chunk's texts."""
+    out: list[list[int]] = []
+    for s in range(0, len(texts), chunk):
+        out.extend(_tokenize(tokenizer, texts[s : s + chunk]))
+        bar.update(len(texts[s : s + chunk]))
+    return out
+
+
 def _prompts(
-    tokenizer: Any, words: list[tuple[int, str]], cfg: ProbingConfig, bos_id: int, rng: random.Random
+    tokenizer: Any,
+    words: list[tuple[int, str]],
+    cfg: ProbingConfig,
+    bos_id: int,
+    rng: random.Random,
+    desc: str = "build prompts",
+    progress: bool = False,
 ) -> tuple[list[list[int]], list[int], list[int]]:
     """Token ids and word positions of each prompt; ICL examples come from the same split; returns kept indices."""
     texts_head, texts_full = [], []
@@ -195,8 +210,10 @@ def _prompts(
         head, full = build_prompt(word, examples, cfg.template)
         texts_head.append(head)
         texts_full.append(full)
-    heads = _tokenize(tokenizer, texts_head)
-    fulls = _tokenize(tokenizer, texts_full)
+    # Tokenizing ~95k texts takes tens of seconds on CPU: show it (two passes: heads, then full prompts).
+    with tqdm(total=2 * len(words), desc=desc, unit="text", disable=not progress) as bar:
+        heads = _tokenize_chunked(tokenizer, texts_head, bar)
+        fulls = _tokenize_chunked(tokenizer, texts_full, bar)
     ids, positions, kept = [], [], []
     for i, ((tid, _), head, full) in enumerate(zip(words, heads, fulls, strict=True)):
         # The word must stay its own token in context, and the tail must not merge into it.
@@ -210,7 +227,13 @@ def _prompts(
 
 @torch.no_grad()
 def _read_resid(
-    model: Any, ids: list[list[int]], positions: list[int], cfg: ProbingConfig, folder: Path, tag: str
+    model: Any,
+    ids: list[list[int]],
+    positions: list[int],
+    cfg: ProbingConfig,
+    folder: Path,
+    tag: str,
+    progress: bool = False,
 ) -> np.ndarray:
     """Residuals at the word token, batched by prompt length; chunks are saved so a killed run resumes."""
     by_len: dict[int, list[int]] = defaultdict(list)
@@ -226,7 +249,9 @@ def _read_resid(
     chunk_size = 8  # batches per saved chunk (a killed run loses at most this much work)
     n_chunks = math.ceil(len(batches) / chunk_size)
     device = next(model.parameters()).device
-    with tqdm(total=len(ids), desc=f"first-letter prompts ({tag})", unit="prompt", disable=None) as bar:
+    with tqdm(
+        total=len(ids), desc=f"first-letter prompts ({tag})", unit="prompt", disable=not progress
+    ) as bar:
         for c in range(n_chunks):
             chunk_path = folder / f"{tag}-chunk{c:05d}.npy"
             members = [i for b in batches[c * chunk_size : (c + 1) * chunk_size] for i in b]
@@ -247,8 +272,11 @@ def _read_resid(
     return out
 
 
-def collect_probe_activations(model: Any, cfg: ProbingConfig = ProbingConfig()) -> ProbeActivations:
-    """Build the first-letter dataset and read the residual at each word (cached on disk by model and layer)."""
+def collect_probe_activations(
+    model: Any, cfg: ProbingConfig = ProbingConfig(), progress: bool = False
+) -> ProbeActivations:
+    """Build the first-letter dataset and read the residual at each word (cached on disk by model and layer);
+    `progress` shows a bar per step (vocabulary, prompt building, the forwards)."""
     from sae_workbench.corpus import default_bos_id
 
     tokenizer = model.tokenizer
@@ -260,6 +288,7 @@ def collect_probe_activations(model: Any, cfg: ProbingConfig = ProbingConfig()) 
     folder = _cache_dir(str(model.cfg.model_name), cfg, bos_id, len(tokenizer), str(model.cfg.dtype))
     final = folder / "activations.npz"
     if final.exists():
+        log.info("first-letter data: cached in %s", folder)
         data = np.load(final, allow_pickle=False)
         meta = json.loads((folder / "words.json").read_text())
         return ProbeActivations(
@@ -271,19 +300,21 @@ def collect_probe_activations(model: Any, cfg: ProbingConfig = ProbingConfig()) 
             data["test"],
             meta["dropped"],
         )
-    vocab = alphabetic_vocab(tokenizer)
+    vocab = alphabetic_vocab(tokenizer, progress)
     if len(vocab) < cfg.n_icl_examples + 2:
         raise ProbingDataError(f"only {len(vocab)} alphabetic tokens in the vocabulary; need many thousands.")
     train, test = _split_words(vocab, cfg)
     rng = random.Random(cfg.seed + 1)
     result: dict[str, Any] = {"dropped": 0}
     for tag, words in (("train", train), ("test", test)):
-        ids, positions, kept = _prompts(tokenizer, words, cfg, bos_id, rng)
+        ids, positions, kept = _prompts(
+            tokenizer, words, cfg, bos_id, rng, f"build prompts ({tag})", progress
+        )
         result["dropped"] += len(words) - len(kept)
         kept_words = [words[i][1] for i in kept]
         result[tag] = kept_words
         result[f"{tag}_labels"] = np.array([first_letter_index(w) for w in kept_words], dtype=np.int64)
-        result[f"{tag}_resid"] = _read_resid(model, ids, positions, cfg, folder, tag)
+        result[f"{tag}_resid"] = _read_resid(model, ids, positions, cfg, folder, tag, progress)
     log.info(
         "first-letter data: %d train / %d test words, %d dropped",
         len(result["train"]),
@@ -324,6 +355,7 @@ def _train_multi_probe(
     batch_size: int,
     end_lr: float = 1e-5,
     desc: str = "probes",
+    progress: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """SAEBench's train_multi_probe: BCE with pos_weight = neg/pos, Adam, exponential decay to `end_lr`."""
     gen = torch.Generator().manual_seed(seed)
@@ -337,7 +369,7 @@ def _train_multi_probe(
     loss_fn = torch.nn.BCEWithLogitsLoss(pos_weight=(n - pos) / pos.clamp(min=1))
     opt = torch.optim.Adam(linear.parameters(), lr=lr, weight_decay=weight_decay)
     sched = torch.optim.lr_scheduler.ExponentialLR(opt, gamma=math.exp(math.log(end_lr / lr) / epochs))
-    for _ in tqdm(range(epochs), desc=desc, leave=False, disable=None):
+    for _ in tqdm(range(epochs), desc=desc, unit="epoch", leave=False, disable=not progress):
         order = torch.randperm(n, generator=gen)
         for s in range(0, n, batch_size):
             idx = order[s : s + batch_size]
@@ -356,13 +388,15 @@ def _one_hot(labels: np.ndarray) -> torch.Tensor:
     return torch.nn.functional.one_hot(torch.from_numpy(labels), num_classes=len(LETTERS)).float()
 
 
-def train_letter_probes(acts: ProbeActivations, cfg: ProbingConfig = ProbingConfig()) -> LetterProbes:
+def train_letter_probes(
+    acts: ProbeActivations, cfg: ProbingConfig = ProbingConfig(), progress: bool = False
+) -> LetterProbes:
     """26 one-vs-rest logistic probes on the train residuals; F1 per letter on the test words."""
     x = torch.from_numpy(acts.train_resid_ND)
     w, b = _train_multi_probe(
         lambda idx: x[idx], len(x), _one_hot(acts.train_labels), x.shape[1],
         epochs=cfg.probe_epochs, lr=cfg.probe_lr, weight_decay=cfg.probe_weight_decay, l1=0.0, seed=cfg.seed,
-        batch_size=cfg.probe_batch_size, desc="letter probes",
+        batch_size=cfg.probe_batch_size, desc="letter probes", progress=progress,
     )  # fmt: skip
     scores = (torch.from_numpy(acts.test_resid_ND) @ w.T + b).numpy()
     f1 = [
@@ -385,12 +419,16 @@ class KSparseResult:
     main_feature_ids: list[int]
 
 
-def sae_feature_acts(sae: Any, resid_ND: np.ndarray, batch_size: int = 1024) -> sp.csr_matrix:
+def sae_feature_acts(
+    sae: Any, resid_ND: np.ndarray, batch_size: int = 1024, progress: bool = False
+) -> sp.csr_matrix:
     """SAE activations with decoder norms folded in (activation × ‖decoder row‖), stored sparse."""
     norms_F = sae.W_dec.detach().float().norm(dim=-1).cpu()
     rows = []
     with torch.no_grad():
-        for s in tqdm(range(0, len(resid_ND), batch_size), desc="SAE encode", leave=False, disable=None):
+        for s in tqdm(
+            range(0, len(resid_ND), batch_size), desc="SAE encode", leave=False, disable=not progress
+        ):
             x = torch.from_numpy(resid_ND[s : s + batch_size]).to(sae.device, sae.dtype)
             acts = sae.encode(x).float().cpu() * norms_F
             rows.append(sp.csr_matrix(acts.numpy()))
@@ -422,6 +460,7 @@ def k_sparse_probing(
     epochs: int = 50,
     batch_size: int = 4096,
     seed: int = 42,
+    progress: bool = False,
 ) -> list[KSparseResult]:
     """SAEBench's k-sparse probing: an L1 probe on SAE features, then balanced logistic regressions on the top-k."""
     y = _one_hot(train_labels)
@@ -430,11 +469,13 @@ def k_sparse_probing(
     w_LF, _ = _train_multi_probe(
         lambda idx: torch.from_numpy(train_acts[idx.numpy()].toarray()).float(), n_rows, y, n_features,
         epochs=epochs, lr=0.01, weight_decay=1e-6, l1=l1_decay, seed=seed, batch_size=batch_size,
-        desc="L1 probe on SAE features",
+        desc="L1 probe on SAE features", progress=progress,
     )  # fmt: skip
     train_csc, test_csc = train_acts.tocsc(), test_acts.tocsc()
     out = []
-    for li, letter in enumerate(tqdm(LETTERS, desc="k-sparse probes", leave=False, disable=None)):
+    for li, letter in enumerate(
+        tqdm(LETTERS, desc="k-sparse probes", unit="letter", leave=False, disable=not progress)
+    ):
         # By positive weight, not |w|: features that directly predict the letter (SAEBench).
         top = w_LF[li].topk(max_k).indices.tolist()
         feats_by_k, f1_by_k = [], []

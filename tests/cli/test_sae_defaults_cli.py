@@ -74,11 +74,16 @@ def _saved_sae(tmp_path: Path, model_name: str) -> Path:
 
 def test_absorption_accepts_an_alias_of_the_probed_model(app, tmp_path: Path, monkeypatch) -> None:
     """An SAE whose cfg spells the model differently ('TINY' for 'tiny', as SAELens cfgs spell SmolLM2 by its hub
-    id) is not refused; the eval runs."""
+    id) is not refused; the eval runs and shows its progress."""
     monkeypatch.setenv("WORKBENCH_HOME", str(_home(tmp_path)))
     result = CliRunner().invoke(app, _absorption_args(_saved_sae(tmp_path, "TINY")))
     assert result.exit_code == 0, (result.output, result.exception)
     assert "mean_absorption_fraction_score=" in result.output
+    # Issue 19 item 4: every stage over ~2 s shows a bar or a step line (on stderr, also when it is not a TTY).
+    for step in ("loading model tiny", "loading SAE", "alphabetic vocabulary", "first-letter prompts (train)",
+                 "first-letter prompts (test)", "build prompts (train)", "letter probes", "SAE encode",
+                 "L1 probe on SAE features", "k-sparse probes"):  # fmt: skip
+        assert step in result.stderr, (step, result.stderr[-2000:])
 
 
 def test_absorption_refuses_another_model_unless_forced(app, tmp_path: Path, monkeypatch, caplog) -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -46,6 +47,16 @@ def _print_toy(seed: int) -> None:
     typer.echo(
         "expected: independent ≈ 0; hierarchical ≈ P(f1|f0) = 0.2 with enc ≈ f0−f1, dec ≈ f0+f1; tied ≈ 0"
     )
+
+
+def _stepper(progress: bool) -> Callable[[str], None]:
+    """A function that prints a step line on stderr (when `progress`): what the command is doing next."""
+
+    def step(text: str) -> None:
+        if progress:
+            typer.echo(f"▶ {text}", err=True)
+
+    return step
 
 
 def _layer_for(sae: Any, layer: int | None) -> int:
@@ -101,6 +112,7 @@ def absorption(
     seed: options.OptionalSeed = None,
     force: bool = typer.Option(False, help="Recompute even if the store already has this result."),
     force_model: options.ForceModel = False,
+    progress: options.Progress = True,
 ) -> None:
     """Measure feature absorption (Chanin et al. 2409.14507) with SAEBench's metrics, or run the toy model."""
     if toy:
@@ -123,6 +135,8 @@ def absorption(
 
     # Settings not given keep the preset's values (SAEBench's, cited in the configs).
     preset_cfg = AbsorptionConfig.named(preset)
+    step = _stepper(progress)
+    step(f"loading SAE {sae}")
     loaded = load_sae(sae)
     probing = replace(preset_cfg.probing, layer=_layer_for(loaded, layer), max_words=max_words)
     probing = replace(
@@ -151,8 +165,10 @@ def absorption(
             m = done[-1].eval["eval_result_metrics"]["mean"]
             typer.echo(f"already in {store} (eval {done[-1].id}); --force recomputes. {json.dumps(m)}")
             return
+    step(f"loading model {model} ({dtype})")
     subject = load_model(model, dtype=dtype)
-    result = run_absorption(subject, loaded, cfg, force_model=force_model)
+    step(f"first-letter probes at {hook}, then the SAE's k-sparse probes")
+    result = run_absorption(subject, loaded, cfg, force_model=force_model, progress=progress)
     doc = absorption_eval_json(
         result,
         cfg,
