@@ -39,6 +39,14 @@ def test_index_without_hook_uses_the_hook_the_sae_records(app, tmp_path: Path) -
     assert result.exit_code == 0, (result.output, result.exception)
     (record,) = Store.open(tmp_path / "s.duckdb", read_only=True).list_saes()
     assert record.hook == HOOK0
+    # Issue 19 item 4: the silent steps around the indexing bar are announced (the hook says where it came from).
+    for step in (
+        "loading model tiny",
+        "loading SAE",
+        f"hook {HOOK0} (from the SAE's cfg)",
+        "feature statistics",
+    ):
+        assert step in result.stderr, (step, result.stderr)
 
 
 def test_an_explicit_hook_that_contradicts_the_sae_is_still_refused(app, tmp_path: Path) -> None:

@@ -13,7 +13,6 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
-from collections.abc import Callable
 from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any
@@ -47,16 +46,6 @@ def _print_toy(seed: int) -> None:
     typer.echo(
         "expected: independent ≈ 0; hierarchical ≈ P(f1|f0) = 0.2 with enc ≈ f0−f1, dec ≈ f0+f1; tied ≈ 0"
     )
-
-
-def _stepper(progress: bool) -> Callable[[str], None]:
-    """A function that prints a step line on stderr (when `progress`): what the command is doing next."""
-
-    def step(text: str) -> None:
-        if progress:
-            typer.echo(f"▶ {text}", err=True)
-
-    return step
 
 
 def _layer_for(sae: Any, layer: int | None) -> int:
@@ -135,7 +124,7 @@ def absorption(
 
     # Settings not given keep the preset's values (SAEBench's, cited in the configs).
     preset_cfg = AbsorptionConfig.named(preset)
-    step = _stepper(progress)
+    step = options.step_lines(progress)
     step(f"loading SAE {sae}")
     loaded = load_sae(sae)
     probing = replace(preset_cfg.probing, layer=_layer_for(loaded, layer), max_words=max_words)

@@ -32,19 +32,33 @@ def index(
     ),
     device: options.Device = defaults.DEFAULT_DEVICE,
     force_model: options.ForceModel = False,
+    progress: options.Progress = True,
 ) -> None:
     """Run the model + SAE over a corpus and store sparse activations, windows and per-feature statistics."""
+    step = options.step_lines(progress)
+    step(f"loading model {model}")
     from sae_workbench.corpus import resolve_corpus
     from sae_workbench.model_identity import check_model_identity
     from sae_workbench.models import load_model
     from sae_workbench.sae.indexing import IndexConfig, index_sae
-    from sae_workbench.sae.io import load_sae, recorded_fingerprint, recorded_model, resolve_hook
+    from sae_workbench.sae.io import (
+        load_sae,
+        recorded_fingerprint,
+        recorded_hook,
+        recorded_model,
+        resolve_hook,
+    )
     from sae_workbench.sae.metrics import read_metrics
     from sae_workbench.store import Store
 
     loaded_model = load_model(model, device=device)
+    step(f"loading SAE {sae}")
     loaded_sae = load_sae(sae, device=device, hook=hook)
-    hook = resolve_hook(loaded_sae, hook)  # --hook not given: the hook the SAE's cfg records
+    if hook is None:
+        hook = resolve_hook(loaded_sae, hook)  # the hook the SAE's cfg records (else the default)
+        step(
+            f"hook {hook} (from the SAE's cfg)" if recorded_hook(loaded_sae) else f"hook {hook} (the default)"
+        )
     check_model_identity(
         recorded_model(loaded_sae),
         loaded_model,
@@ -55,6 +69,7 @@ def index(
     sae_dir = Path(sae).expanduser()
     # index_sae checks the hook and window size against the model and the SAE (once), and reads the SAE's id back
     # from its training record when the folder has one.
+    step(f"indexing {tokens:,} tokens of {corpus} into {store}, then feature statistics")
     result = index_sae(
         Store.open(store),
         loaded_model,

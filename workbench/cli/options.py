@@ -33,6 +33,7 @@ Options only one command has stay in that command's module. This module imports 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated
 
@@ -131,6 +132,17 @@ ApiKeyEnv = Annotated[
 Concurrency = Annotated[
     int, typer.Option("--concurrency", min=1, help="Features (and LLM calls) in flight at once.")
 ]
+
+
+def step_lines(progress: bool) -> Callable[[str], None]:
+    """A function that prints one step line on stderr ("▶ loading model ...") when `progress`: what a command does
+    next, for the steps that have no progress bar of their own."""
+
+    def step(text: str) -> None:
+        if progress:
+            typer.echo(f"▶ {text}", err=True)
+
+    return step
 
 
 def load_subject(
