@@ -4,6 +4,7 @@ one is known or recorded — a fingerprint of the weights.
 
     canonical_model_name("HuggingFaceTB/SmolLM2-135M-Instruct")   # 'smollm2-135m'
     check_model_identity(recorded_model(sae), model, sae_d_in=sae.cfg.d_in, hook=hook, force=force_model)
+    name = resolve_model(recorded_model(sae), None)   # no --model given: the SAE's model, in a loadable spelling
 
 A mismatch raises `ModelMismatchError` naming both models and what differs; `force=True` (the CLI's
 `--force-model`) logs a warning instead. A hook whose width differs from the SAE's input is refused even then: the
@@ -18,6 +19,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from sae_workbench.defaults import DEFAULT_MODEL
 from sae_workbench.errors import WorkbenchError
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,18 @@ def canonical_model_name(name: str) -> str:
     if norm == "tiny":
         return "tiny:0"
     return norm
+
+
+def resolve_model(recorded: str | None, model: str | None) -> str:
+    """The model a command loads: `model` when given (--model), else the model the SAE records — spelled as the
+    workbench loads it offline for a known model (HuggingFaceTB/SmolLM2-135M-Instruct → smollm2-135m), as recorded
+    otherwise (SAE ids hash the name) — else the default model."""
+    if model:
+        return model
+    if recorded is None or not recorded.strip():
+        return DEFAULT_MODEL
+    canonical = canonical_model_name(recorded)
+    return canonical if canonical in KNOWN_MODELS else recorded.strip()
 
 
 def model_fingerprint(model: Any) -> str:
@@ -142,7 +156,7 @@ def check_model_identity(
     if force:
         log.warning("%s. Proceeding anyway (--force-model).", message)
         return
-    suggestion = canonical_model_name(sae_model) if sae_model else "the SAE's model"
-    raise ModelMismatchError(
-        f"{message}. Pass --model {suggestion} (the SAE's model), or --force-model to use this model anyway."
+    suggestion = (
+        f"--model {resolve_model(sae_model, None)} (the SAE's model)" if sae_model else "the SAE's --model"
     )
+    raise ModelMismatchError(f"{message}. Pass {suggestion}, or --force-model to use this model anyway.")

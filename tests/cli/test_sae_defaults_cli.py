@@ -119,3 +119,24 @@ def _home(tmp_path: Path) -> Path:
     home.mkdir(exist_ok=True)
     (home / "models").symlink_to(paths.models_dir(), target_is_directory=True)
     return home
+
+
+def test_index_without_model_or_hook_uses_what_the_sae_records(app, tmp_path: Path) -> None:
+    sae = make_sae(hook=HOOK0)
+    sae.cfg.metadata.model_name = "tiny"
+    sae_dir = save_sae(sae, tmp_path / "sae")
+    args = [a for a in _index_args(tmp_path, sae_dir) if a not in ("--model", "tiny")]
+    result = CliRunner().invoke(app, args)
+    assert result.exit_code == 0, (result.output, result.exception)
+    (record,) = Store.open(tmp_path / "s.duckdb", read_only=True).list_saes()
+    assert (record.model, record.hook) == ("tiny", HOOK0)
+    assert "model tiny (from the SAE's cfg)" in result.stderr
+
+
+def test_resolve_model_prefers_a_loadable_spelling(tmp_path: Path) -> None:
+    from sae_workbench.model_identity import resolve_model
+
+    assert resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct", None) == "smollm2-135m"  # embedded, offline
+    assert resolve_model("tiny", None) == "tiny"  # loadable as recorded: kept (the SAE id hashes the name)
+    assert resolve_model(None, None) == defaults.DEFAULT_MODEL
+    assert resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct", "tiny") == "tiny"  # --model wins

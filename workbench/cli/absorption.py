@@ -72,7 +72,7 @@ def config_key(eval_config: dict[str, Any]) -> str:
 def absorption(
     toy: bool = typer.Option(False, "--toy", help="Run the synthetic toy model instead of a real SAE."),
     sae: options.OptionalSaePath = None,
-    model: options.Model = defaults.DEFAULT_MODEL,
+    model: options.SaeModel = None,
     layer: int | None = typer.Option(
         None, help="Residual layer to probe (default: the SAE's hook layer, else the default hook's)."
     ),
@@ -127,6 +127,7 @@ def absorption(
     step = options.step_lines(progress)
     step(f"loading SAE {sae}")
     loaded = load_sae(sae)
+    model = options.model_for_sae(loaded, model, step)
     probing = replace(preset_cfg.probing, layer=_layer_for(loaded, layer), max_words=max_words)
     probing = replace(
         probing,

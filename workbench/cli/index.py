@@ -21,7 +21,7 @@ from sae_workbench.cli import options
 def index(
     sae: options.SaePath,
     store: options.Store = defaults.STORE_PATH,
-    model: options.Model = defaults.DEFAULT_MODEL,
+    model: options.SaeModel = None,
     hook: options.SaeHook = None,
     corpus: options.Corpus = defaults.DEFAULT_CORPUS,
     tokens: int = typer.Option(defaults.INDEX_TOKENS, help="Tokens to index (whole windows, BOS included)."),
@@ -36,7 +36,7 @@ def index(
 ) -> None:
     """Run the model + SAE over a corpus and store sparse activations, windows and per-feature statistics."""
     step = options.step_lines(progress)
-    step(f"loading model {model}")
+    step(f"loading SAE {sae}")
     from sae_workbench.corpus import resolve_corpus
     from sae_workbench.model_identity import check_model_identity
     from sae_workbench.models import load_model
@@ -51,9 +51,10 @@ def index(
     from sae_workbench.sae.metrics import read_metrics
     from sae_workbench.store import Store
 
-    loaded_model = load_model(model, device=device)
-    step(f"loading SAE {sae}")
     loaded_sae = load_sae(sae, device=device, hook=hook)
+    model = options.model_for_sae(loaded_sae, model, step)
+    step(f"loading model {model}")
+    loaded_model = load_model(model, device=device)
     if hook is None:
         hook = resolve_hook(loaded_sae, hook)  # the hook the SAE's cfg records (else the default)
         step(

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -73,6 +73,13 @@ Model = Annotated[
         "--model",
         help="Subject model: smollm2-135m (embedded), tiny (random, for tests), a local Hugging Face folder, or a "
         "TransformerLens name.",
+    ),
+]
+SaeModel = Annotated[
+    str | None,
+    typer.Option(
+        "--model",
+        help="Subject model (as --model elsewhere; default: the model the SAE's cfg records, else smollm2-135m).",
     ),
 ]
 Hook = Annotated[str, typer.Option("--hook", help="Hook whose activations the SAE reads.")]
@@ -143,6 +150,20 @@ def step_lines(progress: bool) -> Callable[[str], None]:
             typer.echo(f"▶ {text}", err=True)
 
     return step
+
+
+def model_for_sae(sae: Any, model: str | None, step: Callable[[str], None]) -> str:
+    """--model when given, else the model the loaded SAE's cfg records (in a spelling the workbench loads), else
+    the default model; a step line says which."""
+    from sae_workbench.model_identity import resolve_model
+    from sae_workbench.sae.io import recorded_model
+
+    if model is not None:
+        return model
+    recorded = recorded_model(sae)
+    resolved = resolve_model(recorded, None)
+    step(f"model {resolved} (from the SAE's cfg)" if recorded else f"model {resolved} (the default)")
+    return resolved
 
 
 def load_subject(
