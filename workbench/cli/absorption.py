@@ -83,8 +83,9 @@ def absorption(
     ),
     preset: str = typer.Option(
         "default",
-        help="default (5 ICL examples, to halve CPU time) or paper (SAEBench's settings: 10 ICL examples, letter "
-        "probes at batch 64). Options given below override the preset's values; the preset is recorded.",
+        help="default (5 ICL examples, to halve CPU time) or paper (SAEBench's settings throughout: 10 ICL "
+        "examples). Both train the letter probes at SAEBench's batch 64. Options given below override the "
+        "preset's values; the preset is recorded.",
     ),
     n_icl_examples: int | None = typer.Option(
         None, help="In-context examples per prompt (default: the preset's; default 5, paper/SAEBench 10)."
