@@ -46,6 +46,7 @@ def test_query_returns_an_arrow_table_of_the_rows(store: Store) -> None:
         "ATTACH '/tmp/other.duckdb' AS o",
         "COPY evals TO '/tmp/evals.csv'",
         "PRAGMA version",
+        "SELECT NextVal ('eval_ids')",
         "",
         "SELEC 1",
     ],
@@ -54,6 +55,7 @@ def test_anything_but_one_read_statement_is_refused_and_writes_nothing(store: St
     with pytest.raises(QueryNotAllowedError):
         store.query(sql)
     assert len(store.evals()) == 5 and "x" not in store.table_names()
+    assert store.add_eval("sae-c", "tick", {}) == 6  # no sequence was advanced
 
 
 HOLDER = """

@@ -11,6 +11,7 @@ SUMMARIZE, VALUES, EXPLAIN); anything else raises QueryNotAllowedError before th
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import duckdb
@@ -21,6 +22,8 @@ from sae_workbench.store.sql import Table, arrow
 
 # DuckDB parses DESCRIBE / SHOW / SUMMARIZE / FROM-first / VALUES queries as SELECT statements.
 _READ_STATEMENTS = (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN)
+# The one way a SELECT writes: advancing a sequence (not undone by a rollback in DuckDB).
+_SEQUENCE_CALL = re.compile(r"\b(nextval|setval)\s*\(", re.IGNORECASE)
 
 
 def read_only_statement(sql: str) -> str:
@@ -40,6 +43,8 @@ def read_only_statement(sql: str) -> str:
             f"only reads are allowed (SELECT, WITH, DESCRIBE, SHOW, SUMMARIZE, EXPLAIN); got a "
             f"{statement.type.name} statement. The store is written only by the workbench's own commands."
         )
+    if _SEQUENCE_CALL.search(statement.query):
+        raise QueryNotAllowedError("nextval/setval advance the store's id sequences; they are not reads.")
     return statement.query.strip().rstrip(";")
 
 
