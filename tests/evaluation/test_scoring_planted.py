@@ -77,8 +77,9 @@ def build_planted_store(path: Path, n_windows: int = N_WINDOWS, extra_tokens: tu
     for batch in iter_windows(corpus, tokenizer, CONTEXT, n_tokens=CONTEXT * n_windows, batch_size=1000):
         token_strings = strings_V[batch.tokens_BT]
         is_code = np.array([s.startswith(("stdlib:", "pydoc:")) for s in batch.sources])
-        # "def" in any spelling (" def", "def", "Def"): the lexical rule '"def"' names exactly this token set.
-        is_def_BT = np.char.lower(np.char.strip(token_strings.astype(str))) == "def"
+        # "def" with or without its leading space (" def", "def"): the lexical rule '"def"' names exactly this token
+        # set (quoted tokens match case-sensitively after stripping surrounding whitespace).
+        is_def_BT = np.char.strip(token_strings.astype(str)) == "def"
         hit_BT = is_def_BT & is_code[:, None] & batch.mask_BT
         rows, cols = np.nonzero(hit_BT)
         feats = np.full(len(rows), DEF_FEATURE, dtype=np.int32)
