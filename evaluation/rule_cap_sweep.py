@@ -23,8 +23,7 @@ from sae_workbench.evaluation.score_job import run_scoring, score_key
 from sae_workbench.evaluation.scoring import MeanCI
 from sae_workbench.explainers.base import ExplainConfig
 from sae_workbench.explainers.job import ExplainJob, config_key
-from sae_workbench.explainers.oneshot import OneShotExplainer
-from sae_workbench.explainers.tree import TreeExplainer
+from sae_workbench.explainers.registry import make_explainer
 from sae_workbench.status import Status
 from sae_workbench.store import Store
 
@@ -79,18 +78,14 @@ def rule_cap_sweep(
         raise ScoreConfigError(f"rule caps must be positive integers, got {list(caps)}")
     if method not in ("tree", "oneshot") or (method == "oneshot" and preset != "default"):
         raise ScoreConfigError(
-            f"the sweep explains with 'tree' (any preset) or 'oneshot' (default), not {method!r}"
+            f"the sweep explains with 'tree' (any preset) or 'oneshot' (default preset), not {method!r} "
+            f"with preset {preset!r}"
         )
     feats = sorted({int(f) for f in features})
     backends = backends or ScoreBackends()
     keys: dict[int, dict[int, str]] = {}
     for cap in ordered:
-        run = replace(base, explainer=method, rule_cap=cap)
-        explainer = (
-            TreeExplainer.with_preset(run, preset)
-            if method == "tree"
-            else OneShotExplainer(run.split(), run.record_len, cap)
-        )
+        explainer = make_explainer(replace(base, explainer=method, rule_cap=cap, preset=preset))
         ExplainJob(store, sae_id, explainer, llm, concurrency=concurrency, progress=progress).run(feats)
         keys[cap] = {f: config_key(sae_id, f, explainer, llm) for f in feats}
     by_key = {e.config_key: e for e in store.explanations(sae_id=sae_id, explainer=method)}

@@ -55,10 +55,25 @@ class ExplainConfig:
     """Most rules per structured explanation (tree paper: 5)."""
     seed: int = 0
     """Seed of every random choice (combined with the feature index)."""
+    preset: str = "default"
+    """Method settings: 'default', or 'paper' (the reference's values; explainers without a paper preset refuse it).
+    Recorded in each explanation's sampling."""
+    embedding_model: str = ""
+    """Sentence-transformers model of an explainer that embeds texts (PRISM); '' = its preset's."""
 
     def split(self) -> SplitConfig:
         """The split every explainer and scorer of this run shares."""
         return SplitConfig(negatives=self.negatives, per_split=self.per_split, seed=self.seed)  # type: ignore[arg-type]
+
+
+def no_method_options(config: ExplainConfig, name: str) -> None:
+    """Refuse run options that only other explainers read (a preset, an embedding model)."""
+    if config.preset != "default":
+        raise ExplainJobError(
+            f"--preset {config.preset} exists for the tree and prism explainers, not {name!r}"
+        )
+    if config.embedding_model:
+        raise ExplainJobError(f"--embedding-model applies to the prism explainer only, not {name!r}")
 
 
 @dataclass(frozen=True)

@@ -44,7 +44,13 @@ from sae_workbench.examples.records import (
 )
 from sae_workbench.examples.rules import DEFAULT_RULE_CAP, Rule, rules_to_text
 from sae_workbench.examples.testsets import SplitConfig, prepare_split
-from sae_workbench.explainers.base import ExplainConfig, ExplainContext, Explanation, FeatureReader
+from sae_workbench.explainers.base import (
+    ExplainConfig,
+    ExplainContext,
+    Explanation,
+    FeatureReader,
+    no_method_options,
+)
 from sae_workbench.store import Store
 
 # v2: rules keep case and whitespace-only tokens (v1 lower-cased every token and could not name whitespace).
@@ -503,6 +509,7 @@ class LexicalExplainer:
     @classmethod
     def from_config(cls, config: ExplainConfig) -> LexicalExplainer:
         """Build from the run's options."""
+        no_method_options(config, cls.name)
         return cls(config.split(), LexicalConfig(rule_cap=config.rule_cap))
 
     def version(self, llm: bool) -> str:

@@ -15,6 +15,7 @@ from sae_workbench.explainers.base import (
     ExplainJobError,
     Explanation,
     FeatureReader,
+    no_method_options,
 )
 from sae_workbench.explainers.prompts import oneshot as prompt
 from sae_workbench.store import Store
@@ -125,6 +126,7 @@ class OneShotExplainer:
     @classmethod
     def from_config(cls, config: ExplainConfig) -> OneShotExplainer:
         """Build from the run's options."""
+        no_method_options(config, cls.name)
         return cls(config.split(), config.record_len, config.rule_cap)
 
     def version(self, llm: bool) -> str:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -313,8 +313,11 @@ class PrismExplainer:
 
     @classmethod
     def from_config(cls, config: ExplainConfig) -> PrismExplainer:
-        """The paper's settings (PRISM reads none of the run's split options)."""
-        return cls()
+        """The preset's settings, with the run's embedding model when given (PRISM reads no split option)."""
+        prism = PrismConfig.named(config.preset)
+        return cls(
+            replace(prism, embedding_model=config.embedding_model) if config.embedding_model else prism
+        )
 
     def embedding_model_name(self) -> str:
         """The embedder actually used: an injected one's `name`, else `config.embedding_model`."""

@@ -36,6 +36,7 @@ from sae_workbench.examples.testsets import FeatureSplit, SplitConfig, Third, pr
 from sae_workbench.explainers.base import (
     ExplainConfig,
     ExplainContext,
+    ExplainJobError,
     Explanation,
     FeatureReader,
     split_extra,
@@ -532,13 +533,10 @@ class TreeExplainer:
 
     @classmethod
     def from_config(cls, config: ExplainConfig) -> TreeExplainer:
-        """Build from the run's options."""
-        return cls(config.split(), config.record_len, TreeConfig(rule_cap=config.rule_cap))
-
-    @classmethod
-    def with_preset(cls, config: ExplainConfig, preset: str) -> TreeExplainer:
-        """Build from the run's options with a preset's search settings (`tree_preset`; the run's rule cap)."""
-        return cls(config.split(), config.record_len, tree_preset(preset, config.rule_cap))
+        """Build from the run's options: the preset's search settings (`tree_preset`) with the run's rule cap."""
+        if config.embedding_model:
+            raise ExplainJobError(f"--embedding-model applies to the prism explainer only, not {cls.name!r}")
+        return cls(config.split(), config.record_len, tree_preset(config.preset, config.rule_cap))
 
     def version(self, llm: bool) -> str:
         """Code version (the offline variant runs the lexical editor and simulator)."""

@@ -9,12 +9,8 @@
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
 
 import typer
-
-if TYPE_CHECKING:
-    from sae_workbench.explainers.base import ExplainConfig, Explainer
 
 
 def explain(
@@ -82,43 +78,14 @@ def explain(
         typer.echo(status.notice, err=True)
     st = Store.open(store)
     sae_row = st.get_sae(sae)
-    config = ExplainConfig(name, negatives=negatives, seed=seed, rule_cap=rule_cap, record_len=record_len)
-    job = ExplainJob(
-        st,
-        sae,
-        explainer_with_preset(config, preset, embedding_model),
-        status.config,
-        concurrency=concurrency,
-    )
+    config = ExplainConfig(
+        name, negatives=negatives, seed=seed, rule_cap=rule_cap, record_len=record_len, preset=preset,
+        embedding_model=embedding_model,
+    )  # fmt: skip
+    job = ExplainJob(st, sae, config, status.config, concurrency=concurrency)
     summary = job.run(parse_features(features, sae_row.d_sae))
     typer.echo(
         f"explain {name}: {summary.explained} explained, {summary.dead} dead, {summary.skipped} already stored "
         f"(of {summary.requested}) in {summary.seconds:.1f}s; LLM calls {summary.usage.calls}, "
         f"tokens {summary.usage.total_tokens}"
     )
-
-
-def explainer_with_preset(config: ExplainConfig, preset: str, embedding_model: str = "") -> Explainer[Any]:
-    """The run's explainer with a preset's settings ('default' leaves every explainer as configured); PRISM also
-    takes an embedding model."""
-    from dataclasses import replace
-
-    from sae_workbench.explainers.base import ExplainJobError
-    from sae_workbench.explainers.prism import PrismConfig, PrismExplainer
-    from sae_workbench.explainers.registry import make_explainer
-    from sae_workbench.explainers.tree import TreeExplainer
-
-    if embedding_model and config.explainer != "prism":
-        raise ExplainJobError(
-            f"--embedding-model applies to the prism explainer only, not {config.explainer!r}"
-        )
-    if config.explainer == "prism":
-        prism = PrismConfig.named(preset)
-        return PrismExplainer(replace(prism, embedding_model=embedding_model) if embedding_model else prism)
-    if config.explainer == "tree":
-        return TreeExplainer.with_preset(config, preset)
-    if preset != "default":
-        raise ExplainJobError(
-            f"--preset {preset} exists for the tree and prism explainers only, not {config.explainer!r}"
-        )
-    return make_explainer(config)
