@@ -53,7 +53,7 @@ from sae_workbench.store.lease import StoreLease, StoreWorker
 log = logging.getLogger(__name__)
 
 __all__ = ["DEFAULT_RULE_CAP", "EXPLAINERS", "ExplainConfig", "ExplainJob", "ExplainJobError", "JobSummary",
-           "config_key", "parse_features"]  # fmt: skip
+           "config_key"]  # fmt: skip
 
 KEEPER_POLL_S = 0.05
 """How often the job checks, while features await the LLM, whether another process waits for the store."""
@@ -331,26 +331,3 @@ class ExplainJob:
             tokens_in=usage.prompt_tokens, tokens_out=usage.completion_tokens,
             seconds=inputs.seconds + time.perf_counter() - t0, status=status,
         )  # fmt: skip
-
-
-def parse_features(spec: str, d_sae: int) -> list[int]:
-    """'all', '0-49', '3,7,9' or a mix like '0-9,20' → sorted feature indices within [0, d_sae)."""
-    if spec.strip() == "all":
-        return list(range(d_sae))
-    out: set[int] = set()
-    for part in spec.split(","):
-        part = part.strip()
-        if not part:
-            continue
-        try:
-            if "-" in part:
-                lo, hi = (int(x) for x in part.split("-", 1))
-                out.update(range(lo, hi + 1))
-            else:
-                out.add(int(part))
-        except ValueError:
-            raise ExplainJobError(f"bad --features {spec!r}: use 'all', '0-49' or '3,7,9'") from None
-    bad = [f for f in out if not 0 <= f < d_sae]
-    if bad:
-        raise ExplainJobError(f"features {sorted(bad)[:5]} are outside 0..{d_sae - 1} for this SAE")
-    return sorted(out)

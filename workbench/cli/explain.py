@@ -8,34 +8,27 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import typer
+
+from sae_workbench import defaults
+from sae_workbench.cli import options
 
 
 def explain(
-    store: Path = typer.Option(..., help="DuckDB store written by `workbench index`."),
-    sae: str = typer.Option(..., help="SAE id in the store."),
+    store: options.Store,
+    sae: options.SaeId,
     explainer: str = typer.Option(
         "", help="lexical, oneshot, tree or prism (default: oneshot with an LLM endpoint, else lexical)."
     ),
-    features: str = typer.Option("all", help="'all', a range '0-49', or a list '3,7,9'."),
-    llm_model: str = typer.Option(
-        "", help="Model at an OpenAI-compatible endpoint (or $WORKBENCH_LLM_MODEL)."
-    ),
-    llm_base_url: str = typer.Option(
-        "", help="Endpoint root incl. /v1 (or $WORKBENCH_LLM_BASE_URL); default OpenAI."
-    ),
-    api_key_env: str = typer.Option(
-        "OPENAI_API_KEY", help="Name of the env var holding the key (never stored)."
-    ),
-    concurrency: int = typer.Option(8, help="Features (and LLM calls) in flight at once."),
+    features: options.Features = "all",
+    llm_model: options.LlmModel = None,
+    llm_base_url: options.LlmBaseUrl = None,
+    api_key_env: options.ApiKeyEnv = defaults.LLM_API_KEY_ENV,
+    concurrency: options.Concurrency = defaults.LLM_CONCURRENCY,
     negatives: str = typer.Option(
         "SIMILAR_NEGATIVE", help="Tree negatives: RANDOM[_NEGATIVE] or SIMILAR[_NEGATIVE]."
     ),
-    seed: int = typer.Option(
-        0, help="Seed of every random choice (and of the feature's train/valid/test split)."
-    ),
+    seed: options.Seed = defaults.DEFAULT_SEED,
     rule_cap: int = typer.Option(5, help="Most rules per structured explanation (tree paper: 5)."),
     record_len: int = typer.Option(
         32, help="Tokens per record shown or simulated, around each peak (tree paper: 32)."
@@ -54,7 +47,7 @@ def explain(
     ),
 ) -> None:
     """Explain features with the lexical (offline), one-shot, tree or PRISM explainer; rerun to resume."""
-    from sae_workbench.explainers.job import ExplainConfig, ExplainJob, parse_features
+    from sae_workbench.explainers.job import ExplainConfig, ExplainJob
     from sae_workbench.llm.config import LLMNotConfiguredError, endpoint_status
     from sae_workbench.store import Store
 
@@ -83,7 +76,7 @@ def explain(
         embedding_model=embedding_model,
     )  # fmt: skip
     job = ExplainJob(st, sae, config, status.config, concurrency=concurrency)
-    summary = job.run(parse_features(features, sae_row.d_sae))
+    summary = job.run(options.parse_features(features, sae_row.d_sae))
     typer.echo(
         f"explain {name}: {summary.explained} explained, {summary.dead} dead, {summary.skipped} already stored "
         f"(of {summary.requested}) in {summary.seconds:.1f}s; LLM calls {summary.usage.calls}, "
