@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -536,3 +536,95 @@ def environment_note() -> str:
 def clear_caches() -> None:
     """Drop cached query results (the Retry button after a busy store)."""
     st.cache_data.clear()
+
+
+# ---------------------------------------------------------------------------------------------- why it fires
+
+
+class TokenShareView(NamedTuple):
+    """One stored DePass token attribution, aligned to its window's tokens for the heatmap."""
+
+    window_id: int | None
+    position: int
+    """The attributed position (the text is cut after it, so later tokens get share 0)."""
+    token_strings: list[str]
+    shares: list[float]
+    """Each token's share of the pre-activation at `position`, padded with 0 to the window's length."""
+    bos_position: int | None
+    rule: str
+    activation: float
+    pre_activation: float
+    completeness_error: float
+
+
+class FeatureAttributions(NamedTuple):
+    """What the Feature page's "Why it fires" section shows: stored DePass attributions and causal effects."""
+
+    tokens: list[TokenShareView]
+    components: list[tuple[str, float, int]]
+    """(head or MLP name, mean share over the stored examples, examples it appears in), largest share first."""
+    effects: list[tuple[str, dict[str, Any]]]
+    """(kind, result) of the stored ablations and steering, oldest first."""
+
+
+def attribute_command(sae_id: str, feature: int) -> str:
+    """The exact `workbench attribute` command that stores this feature's attributions and effects."""
+    return f"workbench attribute --store STORE --sae {sae_id} --sae-path SAE_DIR --features {int(feature)}"
+
+
+def feature_attributions(path: str, sae_id: str, feature: int) -> FeatureAttributions:
+    """A feature's stored DePass token shares (per example), head/MLP shares and ablation/steering effects."""
+    return _feature_attributions(path, store_version(path), sae_id, int(feature))
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=256)
+def _feature_attributions(
+    path: str, version: tuple[int, ...], sae_id: str, feature: int
+) -> FeatureAttributions:
+    store = _open(path)
+    with store.session():
+        token_rows = store.attributions(sae_id, feature, level="tokens", method="depass")
+        component_rows = store.attributions(sae_id, feature, level="components", method="depass")
+        effects = [(e.kind, e.result) for e in store.effects(sae_id, feature)]
+        progress = store.index_progress(sae_id)
+        ids = sorted({r.window_id for r in token_rows if r.window_id is not None})
+        windows = {}
+        if ids and progress is not None:
+            try:
+                windows = {w.window_id: w for w in store.get_windows(progress.corpus, ids)}
+            except StoreError:
+                windows = {}
+    tokens: list[TokenShareView] = []
+    for row in token_rows:
+        res = row.result
+        scores = [float(s) for s in res.get("scores_N", [])]
+        window = windows.get(row.window_id) if row.window_id is not None else None
+        strings = (
+            list(window.token_strings) if window is not None else [str(t) for t in res.get("token_ids_N", [])]
+        )
+        strings = strings if len(strings) >= len(scores) else strings + [""] * (len(scores) - len(strings))
+        tokens.append(
+            TokenShareView(
+                window_id=row.window_id,
+                position=row.position,
+                token_strings=strings,
+                shares=scores + [0.0] * (len(strings) - len(scores)),
+                bos_position=res.get("bos_position"),
+                rule=row.rule,
+                activation=float(res.get("activation", math.nan)),
+                pre_activation=float(res.get("pre_activation", math.nan)),
+                completeness_error=float(res.get("completeness_error", math.nan)),
+            )
+        )
+    totals: dict[str, list[float]] = {}
+    for row in component_rows:
+        res = row.result
+        for ell, heads in enumerate(res.get("head_scores_LH", [])):
+            for h, score in enumerate(heads):
+                totals.setdefault(f"L{ell}.H{h}", []).append(float(score))
+        for ell, score in enumerate(res.get("mlp_scores_L", [])):
+            totals.setdefault(f"L{ell}.MLP", []).append(float(score))
+    components = sorted(
+        ((name, sum(v) / len(v), len(v)) for name, v in totals.items()), key=lambda item: -item[1]
+    )
+    return FeatureAttributions(tokens, components, effects)

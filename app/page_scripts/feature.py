@@ -301,3 +301,117 @@ with tab_abs:
         table = pd.DataFrame(dash.absorption)
         table.columns = readable_columns(str(c) for c in table.columns)
         st.dataframe(table, hide_index=True)
+
+
+def show_effect(kind: str, result: dict[str, Any]) -> None:
+    """One stored ablation (loss/KL change, promoted/suppressed tokens) or steering run (continuations)."""
+
+    def shift_list(shifts: list[dict[str, Any]]) -> str:
+        return render.render_token_list(
+            [str(s.get("token", "")) for s in shifts], [float(s.get("logit_change", 0.0)) for s in shifts]
+        )
+
+    if kind == "steering":
+        st.markdown(
+            f"**Steering** from the top example's prefix ({len(result.get('prompt_ids', []))} tokens)"
+        )
+        st.markdown(
+            f'<div class="wb-tokens"><span class="wb-special">no steering →</span> '
+            f"{render.escape_text(str(result.get('baseline_continuation', '')))}</div>",
+            unsafe_allow_html=True,
+        )
+        rows = []
+        for eff in result.get("effects", []):
+            st.markdown(
+                f'<div class="wb-tokens"><span class="wb-special">α = {float(eff.get("alpha", 0.0)):+g} →</span> '
+                f"{render.escape_text(str(eff.get('continuation', '')))}</div>",
+                unsafe_allow_html=True,
+            )
+            rows.append(
+                {
+                    "alpha": eff.get("alpha"),
+                    "loss change (nats)": eff.get("mean_delta_loss"),
+                    "KL": eff.get("mean_kl"),
+                    "promoted": ", ".join(repr(s.get("token", "")) for s in eff.get("promoted", [])[:5]),
+                    "suppressed": ", ".join(repr(s.get("token", "")) for s in eff.get("suppressed", [])[:5]),
+                }
+            )
+        if rows:
+            st.dataframe(pd.DataFrame(rows), hide_index=True)
+        return
+    label = {"zero_ablation": "Zero ablation", "mean_ablation": "Mean ablation"}.get(kind, kind)
+    st.markdown(f"**{render.escape_text(label)}** over the attributed examples")
+    cols = st.columns(3)
+    cols[0].metric("Loss change (nats)", f"{float(result.get('mean_delta_loss', float('nan'))):+.4f}")
+    cols[1].metric(
+        "Loss change where it fires", f"{float(result.get('mean_delta_loss_fired', float('nan'))):+.4f}"
+    )
+    cols[2].metric("KL(clean ‖ ablated)", f"{float(result.get('mean_kl', float('nan'))):.4f}")
+    if result.get("promoted"):
+        st.caption("Tokens the feature promotes (logit change when it is removed, sign flipped)")
+        st.markdown(shift_list(result["promoted"]), unsafe_allow_html=True)
+    if result.get("suppressed"):
+        st.caption("Tokens the feature suppresses")
+        st.markdown(shift_list(result["suppressed"]), unsafe_allow_html=True)
+
+
+def show_why_it_fires() -> None:
+    """Stored DePass attributions (token heatmaps, top heads/MLPs) and ablation/steering effects of the feature."""
+    st.subheader("Why it fires")
+    why = ui.guarded(queries.feature_attributions, path, sae.sae_id, feature)
+    if not why.tokens and not why.components and not why.effects:
+        st.caption(
+            "No DePass attributions stored for this feature — fill with "
+            f"`{queries.attribute_command(sae.sae_id, feature)}`."
+        )
+        return
+    if why.tokens:
+        st.markdown(
+            "**Token shares** (DePass, arXiv 2510.18462): each token's exact share of the feature's pre-activation "
+            "at the outlined position; orange adds, blue subtracts."
+        )
+    for view in why.tokens:
+        scale = max((abs(s) for i, s in enumerate(view.shares) if i != view.bos_position), default=0.0)
+        start, stop = (
+            (0, None)
+            if full_windows
+            else render.context_bounds(len(view.token_strings), view.position, 24, 1)
+        )
+        top = max(
+            (i for i in range(len(view.shares)) if i != view.bos_position),
+            key=lambda i: view.shares[i],
+            default=None,
+        )
+        top_text = (
+            f" · top token {render.escape_text(repr(view.token_strings[top]))} ({view.shares[top]:+.3f})"
+            if top is not None
+            else ""
+        )
+        st.markdown(
+            f'<div class="wb-special" style="font-size:0.75rem">window {view.window_id} · position {view.position}'
+            f" · activation {view.activation:.3f} · rule {render.escape_text(view.rule)}"
+            f" · completeness error {view.completeness_error:.2g}{top_text}</div>"
+            + render.render_tokens(
+                view.token_strings,
+                view.shares,
+                max_value=max(scale, 1e-9),
+                skip=[] if view.bos_position is None else [view.bos_position],
+                peak_position=view.position,
+                start=start,
+                stop=stop,
+            ),
+            unsafe_allow_html=True,
+        )
+    if why.components:
+        st.markdown("**Top heads and MLPs** (DePass share of the pre-activation, mean over the examples)")
+        st.dataframe(
+            pd.DataFrame(
+                [{"component": n, "mean share": s, "examples": k} for n, s, k in why.components[:12]]
+            ),
+            hide_index=True,
+        )
+    for kind, result in why.effects:
+        show_effect(kind, result)
+
+
+show_why_it_fires()

@@ -57,6 +57,10 @@ class SampleStore:
     dead_feature: int
     """A feature that never fires (its encoder is zeroed and its bias -100), explained by the real lexical job,
     which stores it as DEAD with an empty text."""
+    attributed_window: int = -1
+    """The explained feature's top window, with planted DePass token shares, head/MLP shares and effects."""
+    attributed_token: int = -1
+    """The position in that window planted with the largest token share (BOS, at 0, is planted larger still)."""
 
 
 def build_sample_store(folder: Path, *, d_sae: int = 128, k: int = 8, seed: int = 0) -> SampleStore:
@@ -120,6 +124,7 @@ def build_sample_store(folder: Path, *, d_sae: int = 128, k: int = 8, seed: int 
     order = np.argsort(np.abs(n_windows - len(windows) / 2), kind="stable")
     explained = next(int(active[i]) for i in order if int(active[i]) != xss_feature)
     _add_explanations(store, sae_id, explained, xss_feature, windows)
+    attributed_window, attributed_token = _add_attributions(store, sae_id, explained)
     from sae_workbench.explainers.base import ExplainConfig
     from sae_workbench.explainers.job import ExplainJob
 
@@ -136,7 +141,62 @@ def build_sample_store(folder: Path, *, d_sae: int = 128, k: int = 8, seed: int 
         xss_window.window_id,
         next(int(f) for f in active if int(f) not in (explained, xss_feature)),
         dead_feature,
+        attributed_window,
+        attributed_token,
     )
+
+
+PLANTED_TOP_COMPONENT = "L1.H0"
+"""The head planted with the largest DePass share of the explained feature (mean over its two examples)."""
+PLANTED_CONTINUATION = "planted <b>steered</b> text"
+
+
+def _add_attributions(store, sae_id: str, feature: int) -> tuple[int, int]:
+    """Planted DePass rows for `feature`'s two top examples (token and component level) plus a zero ablation and a
+    steering run, through the store's API as `workbench attribute` writes them; return (window, top position)."""
+    from sae_workbench.store.attributions import AttributionRecord, EffectRecord
+
+    top = store.top_examples(sae_id, feature, 2)
+    rows = []
+    planted = (top[0].window_id, max(top[0].max_position - 1, 1))
+    for rank, ex in enumerate(top):
+        n = ex.max_position + 1
+        scores = [0.01] * n
+        scores[0] = 5.0  # the BOS attention sink: excluded from the ranking and the shading
+        top_pos = max(ex.max_position - 1, 1) if n > 1 else 0
+        scores[top_pos] = 2.0 - rank
+        if n > 2:
+            scores[-1] = -0.5
+        tokens = {
+            "token_ids_N": list(range(n)),
+            "scores_N": scores,
+            "bos_position": 0,
+            "rule": "softmax",
+            "activation": ex.max_value,
+            "pre_activation": ex.max_value,
+            "completeness_error": 1e-6,
+        }
+        components = {
+            "head_scores_LH": [[0.1, 0.2], [0.9 - 0.2 * rank, 0.05]],
+            "mlp_scores_L": [0.3, 0.4],
+            "activation": ex.max_value,
+            "pre_activation": ex.max_value,
+        }
+        for level, result in (("tokens", tokens), ("components", components)):
+            rows.append(AttributionRecord(sae_id, feature, ex.window_id, ex.max_position, level, "depass", "softmax",
+                                          result, f"planted/{feature}/{ex.window_id}/{level}"))  # fmt: skip
+    store.add_attributions(rows)
+    ids = [e.window_id for e in top]
+    shift = {"token_id": 1, "token": " light", "logit_change": 0.75}
+    store.add_effects([
+        EffectRecord(sae_id, feature, "zero_ablation", {"mean_delta_loss": 0.1234, "mean_delta_loss_fired": 0.5,
+                     "mean_kl": 0.02, "promoted": [shift], "suppressed": []}, f"planted/{feature}/zero", ids),
+        EffectRecord(sae_id, feature, "steering", {"prompt_ids": [1, 2, 3], "baseline_continuation": "plain text",
+                     "effects": [{"alpha": 10.0, "mean_delta_loss": 0.3, "mean_kl": 0.1, "promoted": [shift],
+                                  "suppressed": [], "continuation": PLANTED_CONTINUATION}]},
+                     f"planted/{feature}/steer", ids),
+    ])  # fmt: skip
+    return planted
 
 
 def _add_explanations(store, sae_id: str, feature: int, xss_feature: int, windows) -> None:

@@ -1,0 +1,53 @@
+"""The Feature page's "Why it fires" section (issue 21) through AppTest, against the sample store's planted DePass
+rows (tests/app/sample_store.py `_add_attributions`): the heatmap's top token, the top head, the effects, and the
+`workbench attribute` hint for a feature with nothing stored."""
+
+import html
+
+import pytest
+
+from sae_workbench.app import queries, render
+from sae_workbench.store import Store
+from tests.app.sample_store import PLANTED_CONTINUATION, PLANTED_TOP_COMPONENT, SampleStore
+from tests.app.test_app_pages import markdown_text, run_page
+
+
+@pytest.fixture()
+def sample(app_sample_store: SampleStore) -> SampleStore:
+    queries.clear_caches()
+    return app_sample_store
+
+
+def test_feature_page_shows_planted_depass_shares_heads_and_effects(sample: SampleStore, monkeypatch) -> None:
+    at = run_page(
+        "feature", sample.path, monkeypatch, sae=sample.sae_id, feature=str(sample.explained_feature)
+    )
+    md = markdown_text(at)
+    assert [s.value for s in at.subheader] == ["Why it fires"]
+    store = Store.open(sample.path, read_only=True)
+    corpus = store.index_progress(sample.sae_id).corpus  # type: ignore[union-attr]
+    window = store.get_windows(corpus, [sample.attributed_window])[0]
+    token = window.token_strings[sample.attributed_token]
+    # The planted top token (share 2.0), not the BOS sink planted at 5.0, is named and shaded at full strength.
+    assert f"window {sample.attributed_window} · position" in md
+    header = next(line for line in md.split("\n") if f"window {sample.attributed_window} · position" in line)
+    assert f"top token {render.escape_text(repr(token))} (+2.000)" in header
+    assert 'data-act="2"' in header and "background-color:rgba(255,128,0,0.900)" in header
+    assert 'data-act="-0.5"' in header and "rgba(40,110,255," in header  # the negative share is blue
+    components = [d.value for d in at.dataframe if "component" in d.value.columns]
+    assert components and components[0].iloc[0]["component"] == PLANTED_TOP_COMPONENT
+    assert components[0].iloc[0]["mean share"] == pytest.approx(0.8)
+    assert {m.label: m.value for m in at.metric}["Loss change (nats)"] == "+0.1234"
+    assert html.escape(PLANTED_CONTINUATION) in md and PLANTED_CONTINUATION not in md  # escaped, not rendered
+    assert 'light<span class="wb-special"> +0.75</span>' in md  # the planted promoted token
+
+
+def test_feature_page_without_attributions_gives_the_attribute_command(
+    sample: SampleStore, monkeypatch
+) -> None:
+    at = run_page("feature", sample.path, monkeypatch, sae=sample.sae_id, feature=str(sample.plain_feature))
+    hint = queries.attribute_command(sample.sae_id, sample.plain_feature)
+    assert hint.startswith(f"workbench attribute --store STORE --sae {sample.sae_id} ")
+    assert f"--features {sample.plain_feature}" in hint
+    assert any(hint in c.value for c in at.caption)
+    assert not [d for d in at.dataframe if "component" in d.value.columns]
