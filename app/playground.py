@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import torch
@@ -12,6 +12,9 @@ import torch
 from sae_workbench.app.views import PlaygroundResult
 from sae_workbench.errors import WorkbenchError
 from sae_workbench.store.records import SAERecord
+
+if TYPE_CHECKING:
+    from sae_workbench.evaluation.attribution.depass import TokenAttribution
 
 log = logging.getLogger(__name__)
 
@@ -66,15 +69,20 @@ def load_pair(model_name: str, sae_spec: str, hook: str) -> tuple[Any, Any]:
     return model, sae
 
 
-def encode_text(model: Any, sae: Any, hook: str, text: str, bos_id: int | None) -> PlaygroundResult:
-    """Feature activations of every token of `text` (BOS prepended, like indexing) as a dense (T, F) array."""
-    from sae_workbench.models import forward_to_hooks
-
+def text_tokens(model: Any, text: str, bos_id: int | None) -> torch.Tensor:
+    """`text`'s token ids with BOS prepended, like indexing, cut to MAX_PLAYGROUND_TOKENS; (N,) long."""
     if not text.strip():
         raise PlaygroundError("Type some text first.")
     ids = model.tokenizer(text, add_special_tokens=False)["input_ids"][: MAX_PLAYGROUND_TOKENS - 1]
     bos = int(bos_id) if bos_id is not None else int(model.tokenizer.bos_token_id or 0)
-    tokens_1T = torch.tensor([[bos, *ids]], dtype=torch.long)
+    return torch.tensor([bos, *ids], dtype=torch.long)
+
+
+def encode_text(model: Any, sae: Any, hook: str, text: str, bos_id: int | None) -> PlaygroundResult:
+    """Feature activations of every token of `text` (BOS prepended, like indexing) as a dense (T, F) array."""
+    from sae_workbench.models import forward_to_hooks
+
+    tokens_1T = text_tokens(model, text, bos_id)[None]
     with torch.no_grad():
         acts_TF = sae.encode(forward_to_hooks(model, tokens_1T, [hook])[hook][0].to(sae.W_enc.dtype))
     strings = [model.tokenizer.decode([t]) for t in tokens_1T[0].tolist()]
@@ -83,3 +91,20 @@ def encode_text(model: Any, sae: Any, hook: str, text: str, bos_id: int | None) 
         acts_TF=acts_TF.float().cpu().numpy().astype(np.float32),
         skip_positions=[0],
     )
+
+
+def depass_text(
+    model: Any, sae: Any, hook: str, text: str, bos_id: int | None, feature: int, position: int
+) -> TokenAttribution:
+    """DePass token shares (arXiv 2510.18462, softmax rule) of `feature`'s pre-activation at `position` of `text`,
+    tokenized exactly as `encode_text` does (BOS prepended); a `TokenAttribution`."""
+    from sae_workbench.evaluation.attribution.depass import depass_tokens
+
+    if not 0 <= feature < int(sae.cfg.d_sae):
+        raise PlaygroundError(
+            f"Feature {feature} is out of range: the SAE has features 0…{sae.cfg.d_sae - 1}."
+        )
+    tokens_N = text_tokens(model, text, bos_id)
+    if not 0 <= position < len(tokens_N):
+        raise PlaygroundError(f"Position {position} is outside the text's {len(tokens_N)} tokens.")
+    return depass_tokens(model, sae, hook, tokens_N, feature, position)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import numpy as np
 import pandas as pd
@@ -32,6 +32,7 @@ from sae_workbench.app.views import (
     TokenFeatureHit,
 )
 from sae_workbench.errors import WorkbenchError
+from sae_workbench.examples.sampling import quantile_examples
 from sae_workbench.explainers.manual import (
     HypothesisError,
     StoredHypothesis,
@@ -50,6 +51,9 @@ from sae_workbench.store.errors import (
     UnknownSAEError,
 )
 from sae_workbench.store.records import Example, SAERecord
+
+if TYPE_CHECKING:
+    from sae_workbench.evaluation.attribution.depass import TokenAttribution
 
 __all__ = [
     "FILL_COMMANDS",
@@ -221,7 +225,7 @@ def _feature_dashboard(
             )
         stats = store.feature_stats(sae_id, feature)
         top = store.top_examples(sae_id, feature, n_top)
-        quant = store.quantile_examples(sae_id, feature, n_quantiles, per_quantile, seed=0)
+        quant = quantile_examples(store, sae_id, feature, n_quantiles, per_quantile, seed=0)
         explanations = store.explanations(sae_id=sae_id, feature=feature)
         scored = [ScoredExplanation(e, store.scores(explanation_id=e.id)) for e in explanations]
         samples = store.samples(sae_id, feature)
@@ -511,6 +515,16 @@ def run_playground(record: SAERecord, sae_spec: str, text: str, bos_id: int | No
     playground.check_sae_allowed(record, sae_spec, playground_restricted())
     model, sae = _pair(record.model, sae_spec, record.hook)
     return playground.encode_text(model, sae, record.hook, text, bos_id)
+
+
+def run_playground_depass(
+    record: SAERecord, sae_spec: str, text: str, bos_id: int | None, feature: int, position: int
+) -> TokenAttribution:
+    """DePass token shares of `feature` at `position` of typed text (a `TokenAttribution`; model + SAE cached for the
+    server's life, the attribution computed on demand); on a network-served app only the registered SAE files."""
+    playground.check_sae_allowed(record, sae_spec, playground_restricted())
+    model, sae = _pair(record.model, sae_spec, record.hook)
+    return playground.depass_text(model, sae, record.hook, text, bos_id, int(feature), int(position))
 
 
 def index_bos_id(path: str, sae_id: str) -> int | None:

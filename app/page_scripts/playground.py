@@ -90,3 +90,37 @@ st.page_link(
     label=f"Open feature {chosen}",
     query_params={"sae": sae.sae_id, "feature": str(chosen)},
 )
+if st.toggle(
+    f"Why feature {chosen} fires at its peak (DePass token shares)",
+    value=False,
+    key="playground_depass",
+    help="Each token's exact share of the feature's pre-activation at its peak (DePass, arXiv 2510.18462).",
+):
+    peak = int(np.argmax(np.where(counted, values, -np.inf)))
+    shares = ui.guarded(
+        queries.run_playground_depass,
+        sae,
+        sae_spec,
+        text,
+        ui.guarded(queries.index_bos_id, path, sae.sae_id),
+        chosen,
+        peak,
+    )
+    shares_N = list(shares.scores_N) + [0.0] * (len(result.token_strings) - len(shares.scores_N))
+    skip = [*result.skip_positions]
+    scale = max((abs(s) for i, s in enumerate(shares_N) if i not in skip), default=0.0)
+    top = max(
+        (i for i in range(len(shares.scores_N)) if i not in skip), key=lambda i: shares_N[i], default=None
+    )
+    st.markdown(
+        f'<div class="wb-special" style="font-size:0.75rem">position {shares.position} · activation '
+        f"{shares.activation:.3f} · pre-activation {shares.pre_activation:.3f} · completeness error "
+        f"{shares.completeness_error:.2g}"
+        + (f" · top token {render.escape_text(repr(result.token_strings[top]))} ({shares_N[top]:+.3f})"
+           if top is not None else "")
+        + "</div>"
+        + render.render_tokens(
+            result.token_strings, shares_N, max_value=max(scale, 1e-9), skip=skip, peak_position=shares.position
+        ),
+        unsafe_allow_html=True,
+    )  # fmt: skip

@@ -3,6 +3,7 @@ rows (tests/app/sample_store.py `_add_attributions`): the heatmap's top token, t
 `workbench attribute` hint for a feature with nothing stored."""
 
 import html
+import re
 
 import pytest
 
@@ -51,3 +52,32 @@ def test_feature_page_without_attributions_gives_the_attribute_command(
     assert f"--features {sample.plain_feature}" in hint
     assert any(hint in c.value for c in at.caption)
     assert not [d for d in at.dataframe if "component" in d.value.columns]
+
+
+def test_playground_depass_shares_of_typed_text_add_up_at_the_peak(sample: SampleStore, monkeypatch) -> None:
+    at = run_page("playground", sample.path, monkeypatch, sae=sample.sae_id)
+    text = "And God said, Let there be light"
+    at.text_area(key="playground_text").set_value(text).run()
+    at.button(key="playground_run").click().run()
+    at.toggle(key="playground_depass").set_value(True).run()
+    assert not at.exception, [e.value for e in at.exception]
+    selected = at.selectbox(key="playground_feature").value
+    assert selected is not None
+    chosen = int(selected)
+    record = Store.open(sample.path, read_only=True).get_sae(sample.sae_id)
+    # The SAE's own encoding of the same text (not DePass): the feature's peak position and activation there.
+    encoded = queries.run_playground(
+        record, str(sample.sae_dir), text, queries.index_bos_id(str(sample.path), sample.sae_id)
+    )
+    values = encoded.acts_TF[:, chosen].copy()
+    values[encoded.skip_positions] = -1.0
+    peak = int(values.argmax())
+    md = markdown_text(at)
+    header = next(line for line in md.split("\n") if "completeness error" in line)
+    assert f"position {peak} · activation {values[peak]:.3f}" in header
+    error = float(header.split("completeness error ")[1].split(" ")[0].split("<")[0])
+    assert error < 1e-3  # Σ token shares + rest + biases = the pre-activation (DePass's exact decomposition)
+    acts = [float(a) for a in re.findall(r'data-act="([^"]+)"', header)]
+    assert len(acts) == len(encoded.token_strings) and all(a == 0.0 for a in acts[peak + 1 :])  # causal cut
+    with pytest.raises(queries.PlaygroundError):
+        queries.run_playground_depass(record, str(sample.sae_dir), text, None, sample.d_sae, peak)
