@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 
 from bench.store_bench import D_SAE, build_store, timed
+from sae_workbench.examples.sampling import quantile_examples
 from sae_workbench.store import Store
 
 MAIN = str(Path(__file__).resolve().parents[1] / "app" / "main.py")
@@ -75,7 +76,7 @@ def main() -> None:
             with store.session():
                 store.feature_stats("bench", feature)
                 store.top_examples("bench", feature, 12)
-                store.quantile_examples("bench", feature, 5, 3)
+                quantile_examples(store, "bench", feature, 5, 3)
 
         results: list[tuple[str, float, float]] = []
         for label, feature in (("median-density feature", median_f), ("densest feature", dense_f)):

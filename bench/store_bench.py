@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from sae_workbench.examples.sampling import quantile_examples
 from sae_workbench.store import Store
 
 D_SAE = 4608
@@ -301,7 +302,7 @@ def main() -> None:
                 store.index_progress("bench")
                 store.feature_stats("bench", f)
                 top = store.top_examples("bench", f, 20)
-                quant = store.quantile_examples("bench", f, 10, 2, seed=0)
+                quant = quantile_examples(store, "bench", f, 10, 2, seed=0)
                 ids = [e.window_id for e in top + quant]
                 store.get_windows("synthetic", ids)
                 store.window_activations("bench", f, ids)

@@ -43,6 +43,7 @@ from sae_workbench.examples.records import (
     norm,
 )
 from sae_workbench.examples.rules import DEFAULT_RULE_CAP, Rule, rules_to_text
+from sae_workbench.examples.sampling import quantile_examples, random_negatives
 from sae_workbench.examples.testsets import SplitConfig, prepare_split
 from sae_workbench.explainers.base import (
     ExplainConfig,
@@ -534,16 +535,25 @@ class LexicalExplainer:
         """The split's train windows plus the quantile sample and background, never a held-out window."""
         split = reader.split(self.split)
         held = set(split.valid.ids + split.test.ids + split.spare.ids)
-        quant = reader.store.quantile_examples(
-            reader.sae_id, reader.feature, self.n_quantiles, self.per_quantile, seed=self.split.seed
+        quant = quantile_examples(
+            reader.store,
+            reader.sae_id,
+            reader.feature,
+            self.n_quantiles,
+            self.per_quantile,
+            seed=self.split.seed,
         )
         pos = list(
             dict.fromkeys([*split.train.positives, *(e.window_id for e in quant if e.window_id not in held)])
         )
         # seed + 1: its own stream, so the background is not the RANDOM_NEGATIVE split's draw (the same windows in
         # the same order would leave a RANDOM_NEGATIVE scorer few unseen test negatives)
-        drawn = reader.store.random_negatives(
-            reader.sae_id, reader.feature, self.n_background + len(held), seed=self.split.seed + 1
+        drawn = random_negatives(
+            reader.store,
+            reader.sae_id,
+            reader.feature,
+            self.n_background + len(held),
+            seed=self.split.seed + 1,
         )
         extra = [i for i in drawn if i not in held and i not in split.train.negatives][: self.n_background]
         bg = [*split.train.negatives, *extra]

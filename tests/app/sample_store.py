@@ -14,6 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
+from sae_workbench.examples.sampling import random_negatives
+
 HOOK = "blocks.1.hook_resid_post"
 MODEL = "tiny:0"
 XSS_LINE = 'Beware <script>alert("xss")</script> and <img src=x onerror=alert(1)> in the corpus.'
@@ -204,7 +206,7 @@ def _add_explanations(store, sae_id: str, feature: int, xss_feature: int, window
     and an absorption eval that names `feature`."""
     from sae_workbench.store.records import ExplanationRecord, Sample, ScoreRecord
 
-    negatives = store.random_negatives(sae_id, feature, 4, seed=0)
+    negatives = random_negatives(store, sae_id, feature, 4, seed=0)
     store.add_sample(Sample(sae_id, feature, "RANDOM_NEGATIVE", 0, {"k": 4}, negatives))
     store.add_sample(Sample(sae_id, feature, "SIMILAR_NEGATIVE", 1, {"k": 4, "embedding": "all-MiniLM-L6-v2"},
                             negatives[::-1]))  # fmt: skip

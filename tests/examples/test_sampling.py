@@ -17,6 +17,7 @@ from sae_workbench.examples.sampling import (
     draw_examples,
     draw_negatives,
     ensure_window_embeddings,
+    quantile_examples,
     split_sample,
 )
 from sae_workbench.store import Store
@@ -158,11 +159,11 @@ def test_example_sources(tmp_path: Path) -> None:
     store = build_store(tmp_path / "s.duckdb")
     top = draw_examples(store, "sae", 0, ExampleSource.TOP, k=3)
     assert top.window_ids == [11, 10, 9]
-    quant = store.quantile_examples("sae", 0, n_quantiles=3, per_quantile=2, seed=1)
+    quant = quantile_examples(store, "sae", 0, n_quantiles=3, per_quantile=2, seed=1)
     # 12 activating windows, 3 equal-count bins by max: {11..8}, {7..4}, {3..0}.
     bins = {q: [e.window_id for e in quant if e.quantile == q] for q in range(3)}
     assert all(set(ids) <= set(range(11 - 4 * q, 7 - 4 * q, -1)) and len(ids) == 2 for q, ids in bins.items())
-    assert quant == store.quantile_examples("sae", 0, n_quantiles=3, per_quantile=2, seed=1)
+    assert quant == quantile_examples(store, "sae", 0, n_quantiles=3, per_quantile=2, seed=1)
     rand = draw_examples(store, "sae", 0, ExampleSource.RANDOM_ACTIVATING, k=5, seed=2)
     assert set(rand.window_ids) <= set(range(12)) and len(rand.window_ids) == 5
     assert split_sample(list(range(30))) == [list(range(10)), list(range(10, 20)), list(range(20, 30))]

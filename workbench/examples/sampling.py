@@ -37,7 +37,7 @@ from sae_workbench.embeddings import DEFAULT_EMBEDDING_MODEL, embed_texts
 from sae_workbench.errors import WorkbenchError
 from sae_workbench.examples.loading import load_records
 from sae_workbench.examples.records import crop_record, make_record
-from sae_workbench.store import Sample, Store, WindowEmbeddings
+from sae_workbench.store import Example, Sample, Store, WindowEmbeddings
 from sae_workbench.store.embeddings import embedding_key
 
 log = logging.getLogger(__name__)
@@ -268,7 +268,9 @@ def draw_negatives(
         ids = [int(i) for i in rng.choice(indexed, size=min(k, len(indexed)), replace=False)]
     elif source is NegativeSource.RANDOM_NEGATIVE:
         # A uniform random order minus the excluded ids is a uniform random order of the rest.
-        drawn = store.random_negatives(sae_id, feature, k + len(excluded), seed=seed, threshold=cfg.threshold)
+        drawn = random_negatives(
+            store, sae_id, feature, k + len(excluded), seed=seed, threshold=cfg.threshold
+        )
         skip = set(excluded.tolist())
         ids = [i for i in drawn if i not in skip][:k]
     else:
@@ -305,9 +307,9 @@ def draw_examples(
     if source is ExampleSource.TOP:
         examples = store.top_examples(sae_id, feature, k)
     elif source is ExampleSource.QUANTILE:
-        examples = store.quantile_examples(sae_id, feature, n_quantiles, max(1, k // n_quantiles), seed)
+        examples = quantile_examples(store, sae_id, feature, n_quantiles, max(1, k // n_quantiles), seed)
     else:
-        examples = store.random_examples(sae_id, feature, k, seed)
+        examples = random_examples(store, sae_id, feature, k, seed)
     config = {"k": k, "n_quantiles": n_quantiles} if source is ExampleSource.QUANTILE else {"k": k}
     sample = Sample(sae_id, int(feature), source.value, seed, config, [e.window_id for e in examples])
     return replace(sample, id=store.add_sample(sample))
@@ -316,3 +318,49 @@ def draw_examples(
 def split_sample(window_ids: list[int], n_parts: int = 3) -> list[list[int]]:
     """Split ids into `n_parts` consecutive, near-equal parts (the paper's 10/10/10 split of 30 negatives)."""
     return [part.tolist() for part in np.array_split(np.asarray(window_ids, dtype=np.int64), n_parts)]
+
+
+# ---------------------------------------------------------------------------------------------- sampling policy
+# (over the store's raw reads: window maxima and the indexed window ids)
+
+
+def quantile_examples(
+    store: Store, sae_id: str, feature: int, n_quantiles: int = 10, per_quantile: int = 5, seed: int = 0
+) -> list[Example]:
+    """Activating windows split into `n_quantiles` equal-count bins by max activation (bin 0 = highest);
+    `per_quantile` drawn uniformly per bin with `seed` (delphi-style quantile sampling)."""
+    maxima = store.window_maxima(sae_id, feature)
+    order = maxima.by_peak()
+    rng = np.random.default_rng(seed)
+    out: list[Example] = []
+    for q, idx in enumerate(np.array_split(order, n_quantiles)):
+        if len(idx) == 0:
+            continue
+        chosen = np.sort(rng.choice(idx, size=min(per_quantile, len(idx)), replace=False))
+        out.extend(
+            Example(int(maxima.window_ids[i]), float(maxima.values[i]), int(maxima.positions[i]), q)
+            for i in chosen
+        )
+    return out
+
+
+def random_examples(store: Store, sae_id: str, feature: int, k: int, seed: int = 0) -> list[Example]:
+    """`k` activating windows drawn uniformly with `seed` (all of them if fewer)."""
+    maxima = store.window_maxima(sae_id, feature)
+    rng = np.random.default_rng(seed)
+    chosen = rng.choice(len(maxima.window_ids), size=min(k, len(maxima.window_ids)), replace=False)
+    return [
+        Example(int(maxima.window_ids[i]), float(maxima.values[i]), int(maxima.positions[i])) for i in chosen
+    ]
+
+
+def random_negatives(
+    store: Store, sae_id: str, feature: int, k: int, seed: int = 0, threshold: float = 0.0
+) -> list[int]:
+    """`k` indexed windows whose max activation of `feature` is ≤ `threshold`, drawn uniformly with `seed`."""
+    maxima = store.window_maxima(sae_id, feature)
+    active = maxima.window_ids[maxima.values > threshold]
+    candidates = np.setdiff1d(store.indexed_window_ids(sae_id), active, assume_unique=True)
+    rng = np.random.default_rng(seed)
+    chosen = rng.choice(candidates, size=min(k, len(candidates)), replace=False)
+    return [int(i) for i in chosen]
