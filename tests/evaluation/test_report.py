@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sae_workbench.cli.score import parse_features
 from sae_workbench.evaluation.report import collect_rows, negative_deltas, render_csv, render_markdown
 from sae_workbench.store import ExplanationRecord, ScoreRecord, Store
 from tests.evaluation.test_scoring_planted import SAE_ID, build_planted_store
@@ -109,11 +108,6 @@ def test_markdown_and_csv(scored: Store) -> None:
     delta_rows = [r for r in table if r["negative_source"] == "SIMILAR_NEGATIVE-RANDOM"]
     assert math.isclose(float(delta_rows[0]["mean"]), -0.3)
     assert [r["n_dead"] for r in table if r["negative_source"] == "RANDOM_NEGATIVE"] == ["1"]
-
-
-def test_parse_features() -> None:
-    assert parse_features("0,3,10-12") == [0, 3, 10, 11, 12]
-    assert parse_features(None) is None
 
 
 def test_score_and_report_commands(tmp_path: Path) -> None:

@@ -21,22 +21,17 @@ from typing import Any
 
 import typer
 
+from sae_workbench import defaults
+from sae_workbench.cli import options
+
 log = logging.getLogger(__name__)
 
 
-def parse_features(text: str | None) -> list[int] | None:
-    """'0,3,10-12' → [0, 3, 10, 11, 12]; None/'' → None (all features)."""
-    if not text:
+def feature_list(spec: str, st: Any, sae: str) -> list[int] | None:
+    """The features a spec names (`options.parse_features`, checked against the SAE's width); None = "all"."""
+    if spec.strip() == "all":
         return None
-    out: list[int] = []
-    for part in text.split(","):
-        part = part.strip()
-        if "-" in part:
-            lo, hi = part.split("-", 1)
-            out.extend(range(int(lo), int(hi) + 1))
-        elif part:
-            out.append(int(part))
-    return out
+    return options.parse_features(spec, st.get_sae(sae).d_sae)
 
 
 def _cosy_backends(
@@ -83,8 +78,8 @@ def _cosy_backends(
 
 
 def score(
-    store: Path = typer.Option(..., help="Feature store (DuckDB file)."),
-    sae: str = typer.Option(..., help="SAE id in the store."),
+    store: options.Store,
+    sae: options.SaeId,
     scorer: str = typer.Option(
         ...,
         help="simulation, detection, fuzzing, embedding, cosy, polysemanticity (PRISM explanations) or complexity "
@@ -95,23 +90,15 @@ def score(
         help="random, random_negative, similar or similar_negative (unused by cosy, polysemanticity, complexity).",
     ),
     explainer: str | None = typer.Option(None, help="Only this explainer's explanations (default: all)."),
-    features: str | None = typer.Option(
-        None, help="Features to score, e.g. '0,3,10-20' (default: all explained)."
-    ),
+    features: options.Features = "all",
     per_split: int = typer.Option(
         10,
         help="Positives and negatives per third of the feature's split; the test third is scored (tree paper: 10).",
     ),
-    seed: int = typer.Option(
-        0, help="Seed of the split (use the explain run's seed, so both share the split)."
-    ),
+    seed: options.Seed = defaults.DEFAULT_SEED,
     record_length: int | None = typer.Option(None, help="Crop records to this many tokens (paper: 32)."),
-    llm_model: str | None = typer.Option(
-        None, help="LLM for the simulator/classifier/generator (default: offline)."
-    ),
-    llm_base_url: str | None = typer.Option(
-        None, help="OpenAI-compatible endpoint, e.g. http://localhost:8000/v1."
-    ),
+    llm_model: options.LlmModel = None,
+    llm_base_url: options.LlmBaseUrl = None,
     sae_path: Path | None = typer.Option(
         None, help="SAE folder (cosy runs the model + SAE on generated texts)."
     ),
@@ -129,7 +116,7 @@ def score(
         help="sentence-transformers model of the polysemanticity and embedding scorers (default all-MiniLM-L6-v2 "
         "offline; PRISM's paper: Alibaba-NLP/gte-Qwen2-1.5B-instruct). Recorded as the score's backend.",
     ),
-    progress: bool = typer.Option(True, help="Show a progress bar."),
+    progress: options.Progress = True,
 ) -> None:
     """Score stored explanations with one scorer and one negative source; results go into the store."""
     from sae_workbench.evaluation.cosy import CorpusRuleGenerator, CosyConfig, LLMGenerator
@@ -177,7 +164,13 @@ def score(
             else CorpusRuleGenerator(parts["snippets"], seed=seed, settings=cosy)
         )
     result = run_scoring(
-        st, sae, config, backends, explainer=explainer, features=parse_features(features), progress=progress
+        st,
+        sae,
+        config,
+        backends,
+        explainer=explainer,
+        features=feature_list(features, st, sae),
+        progress=progress,
     )
     dead = f", {result.dead} dead feature(s) recorded unscored" if result.dead else ""
     source = config.negatives if method.uses_negatives else "-"
@@ -188,11 +181,11 @@ def score(
 
 
 def report(
-    store: Path = typer.Option(..., help="Feature store (DuckDB file)."),
-    sae: str = typer.Option(..., help="SAE id in the store."),
+    store: options.Store,
+    sae: options.SaeId,
     format: str = typer.Option("md", "--format", help="md or csv."),
     out: Path | None = typer.Option(None, help="Write here instead of stdout."),
-    features: str | None = typer.Option(None, help="Restrict to features, e.g. '0-99'."),
+    features: options.Features = "all",
 ) -> None:
     """Explainers × scorers table for a feature set, with how much close negatives lower scores vs random ones."""
     from sae_workbench.evaluation.report import (
@@ -212,7 +205,7 @@ def report(
         raise ScoreConfigError(f"--format must be md or csv, not {format!r}")
     st = Store.open(store, read_only=True)
     st.get_sae(sae)
-    feats = parse_features(features)
+    feats = feature_list(features, st, sae)
     rows, deltas = collect_rows(st, sae, feats), negative_deltas(st, sae, feats)
     poly, comp = polysemanticity_rows(st, sae, feats), complexity_rows(st, sae, feats)
     cosy = cosy_rows(st, sae, feats)
