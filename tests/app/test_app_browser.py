@@ -5,6 +5,7 @@ beyond loopback fixes the Playground to registered SAEs (and `--read-only` hides
 
 import contextlib
 import os
+import re
 import shutil
 import signal
 import socket
@@ -148,7 +149,8 @@ def test_html_in_corpus_renders_as_text(server: str, browser, sample: SampleStor
     dialogs: list[str] = []
     page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
     page.goto(f"{server}/feature?sae={sample.sae_id}&feature={sample.xss_feature}&")
-    page.locator("div.wb-tokens").first.wait_for(timeout=60_000)
+    # The page renders progressively (the logit-lens token list comes first): wait for the corpus window itself.
+    page.locator("div.wb-tokens", has_text=re.compile(r"script|img")).first.wait_for(timeout=120_000)
     # The headline explanation and the corpus window both contain tags; both must show as text.
     assert page.get_by_text("HTML tags like <script>alert(1)</script>").first.is_visible()
     windows = " ".join(page.locator("div.wb-tokens").all_inner_texts())
