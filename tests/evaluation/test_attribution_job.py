@@ -117,7 +117,12 @@ def test_attribute_command_runs_resumes_and_exports(sample, tmp_path: Path):
     if not any(c.name == "attribute" for c in cli.app.registered_commands):
         cli._register_stage_commands()
     store = Store.open(sample.path)
-    feature = _features_with_examples(store, sample.sae_id, sample.d_sae, 3)[-1]
+    # a feature nothing is stored for yet (the sample store plants DePass rows for its explained feature)
+    feature = next(
+        f
+        for f in reversed(_features_with_examples(store, sample.sae_id, sample.d_sae, 8))
+        if not store.attributions(sample.sae_id, f)
+    )
     args = ["attribute", "--store", str(sample.path), "--sae", sample.sae_id, "--sae-path", str(sample.sae_dir),
             "--features", str(feature), "--examples", "1", "--alphas", "4", "--no-progress",
             "--export-graphs", str(tmp_path / "graphs")]  # fmt: skip
