@@ -149,6 +149,11 @@ def _activation(sae: SAE[Any], x_D: torch.Tensor, feature: int) -> float:
         return float(sae.encode(x_D[None].to(sae.dtype))[0, feature])
 
 
+def _json_fields(fields: dict[str, Any]) -> dict[str, Any]:
+    """A result's fields as JSON values (tuples become lists)."""
+    return {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()}
+
+
 @dataclass(frozen=True)
 class TokenAttribution:
     """Each input token's exact share of a feature's pre-activation at one position."""
@@ -179,7 +184,7 @@ class TokenAttribution:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable fields."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+        return _json_fields(dataclasses.asdict(self))
 
 
 class _Setup(NamedTuple):
@@ -305,7 +310,7 @@ class ComponentAttribution:
         """JSON-serialisable fields."""
         out = dataclasses.asdict(self)
         out["head_scores_LH"] = [list(r) for r in self.head_scores_LH]
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in out.items()}
+        return _json_fields(out)
 
 
 def head_outputs_NHD(model: HookedTransformer, trace: Trace, layer: int) -> torch.Tensor:
@@ -411,7 +416,7 @@ class UpstreamAttribution:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable fields."""
-        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
+        return _json_fields(dataclasses.asdict(self))
 
 
 def depass_upstream(
