@@ -21,7 +21,7 @@ for i in range(n):
         store.add_activations("sae", pa.table({"feature": np.full(1000, i, np.int32),
             "window_id": np.arange(1000, dtype=np.int64), "position": np.ones(1000, np.int16),
             "value": np.ones(1000, np.float32)}))
-    time.sleep(0.01)
+    time.sleep(0.05)
 """
 
 READER = """
@@ -29,11 +29,12 @@ import json, sys, time
 from pathlib import Path
 from sae_workbench.store import Store
 store = Store.open(sys.argv[1], read_only=True)
-done = Path(sys.argv[2])
+done, ready = Path(sys.argv[2]), Path(sys.argv[3])
 seen = []
 while not done.exists() or len(seen) == 0:
     with store.session():
         seen.append((len(store.evals("sae", "tick")), store.activation_count("sae", staged=True)))
+    ready.touch()
 print(json.dumps(seen))
 """
 
@@ -47,9 +48,16 @@ def _spawn(code: str, *args: str) -> subprocess.Popen[str]:
 def test_reader_keeps_working_while_a_writer_writes(tmp_path: Path) -> None:
     path = tmp_path / "s.duckdb"
     Store.open(path)
-    done = tmp_path / "done"
+    done, ready = tmp_path / "done", tmp_path / "ready"
     n = 40
-    reader = _spawn(READER, str(path), str(done))
+    reader = _spawn(READER, str(path), str(done), str(ready))
+    # Start the writer only once the reader has read once: under CI load the reader's imports can
+    # take longer than the whole write, and it would then only ever see the finished store.
+    deadline = time.monotonic() + 120
+    while not ready.exists():
+        assert reader.poll() is None, reader.communicate()[1]
+        assert time.monotonic() < deadline, "the reader never read the store"
+        time.sleep(0.05)
     writer = _spawn(WRITER, str(path), "w", str(n))
     _, werr = writer.communicate(timeout=120)
     assert writer.returncode == 0, werr
