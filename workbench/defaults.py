@@ -73,3 +73,6 @@ APP_HOST = "127.0.0.1"
 
 ABSORPTION_SEED = 42
 """Seed of the absorption eval's word split, ICL examples and probes (SAEBench's default)."""
+
+DEFAULT_BACKEND = "local"
+"""`--backend` of index/explain/score/train: this process; `ray` runs the same work on Ray (specs/scale.md)."""

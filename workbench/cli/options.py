@@ -120,6 +120,22 @@ Features = Annotated[
     str, typer.Option("--features", help="'all', a range '0-49', a list '3,7,9', or a mix '0-9,20'.")
 ]
 Progress = Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")]
+
+Backend = Annotated[
+    str,
+    typer.Option(
+        "--backend",
+        help="Where the work runs: local (this process, the default) or ray (Ray workers, the driver the sole "
+        "writer of the store; needs the [scale] extra).",
+    ),
+]
+RayAddress = Annotated[
+    str | None,
+    typer.Option(
+        "--ray-address",
+        help="Ray cluster to join with --backend ray (default: RAY_ADDRESS, else a local 127.0.0.1-only cluster).",
+    ),
+]
 LlmModel = Annotated[
     str | None,
     typer.Option(
