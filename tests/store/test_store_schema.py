@@ -51,12 +51,13 @@ EXPECTED_SCHEMA = {
         "created_at",
     ],
     "feature_effects": ["id", "sae_id", "feature", "kind", "window_ids", "result", "config_key", "created_at"],
+    "activation_partitions": ["sae_id", "root", "n_rows", "part", "created_at"],
 }  # fmt: skip
 
 
 def test_blank_database_migrates_to_full_schema(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "s.duckdb")
-    assert store.schema_version() == LATEST_VERSION == 4
+    assert store.schema_version() == LATEST_VERSION == 5
     assert sorted(store.table_names()) == sorted(EXPECTED_SCHEMA)
     for table, columns in EXPECTED_SCHEMA.items():
         assert [c for c, _ in store.table_columns(table)] == columns, table
@@ -81,6 +82,7 @@ def test_blank_database_migrates_to_full_schema(tmp_path: Path) -> None:
             "status columns on explanations and scores, unique scores.score_key (of duplicate keys the earliest row kept)",
         ),
         (4, "attributions and feature_effects (DePass attribution, ablation and steering per feature)"),
+        (5, "activation_partitions (SAEs whose activations live as feature-partitioned Parquet under a root)"),
     ]
     con.close()
 

@@ -9,7 +9,7 @@ import pytest
 
 from sae_workbench.status import Status
 from sae_workbench.store import DuplicateScoreError, ExplanationRecord, ScoreRecord, Store, StoreError
-from sae_workbench.store.migrations import migrate
+from sae_workbench.store.migrations import LATEST_VERSION, migrate
 
 
 def _explanation(feature: int, key: str, sae_id: str = "sae", **kwargs) -> ExplanationRecord:
@@ -64,7 +64,7 @@ def test_migrating_a_schema_2_store_backfills_status_and_score_key(tmp_path: Pat
     con.close()
 
     store = Store.open(path)
-    assert store.schema_version() == 4
+    assert store.schema_version() == LATEST_VERSION
     assert [(e.config_key, e.status) for e in store.explanations()] == [
         (k, Status(s)) for k, _, s in V2_EXPLANATIONS
     ]

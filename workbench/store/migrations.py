@@ -194,6 +194,17 @@ MIGRATIONS: tuple[Migration, ...] = (
             created_at TIMESTAMP NOT NULL DEFAULT current_timestamp
         )
         """,
+    ),    Migration(
+        5,
+        "activation_partitions (SAEs whose activations live as feature-partitioned Parquet under a root)",
+        # The ledger row of store/partitioned.py: written in the transaction that removes the SAE's rows from
+        # `activations` (graduate) or by the driver once every bucket file is in place (Ray index reduce).
+        """
+        CREATE TABLE activation_partitions (
+            sae_id TEXT PRIMARY KEY, root TEXT NOT NULL, n_rows BIGINT NOT NULL, part TEXT NOT NULL,
+            created_at TIMESTAMP NOT NULL DEFAULT current_timestamp
+        )
+        """,
     ),
 )
 

@@ -1,0 +1,245 @@
+"""The partitioned data plane: an SAE's activation rows as hive-partitioned Parquet under a root, local or `s3://`.
+
+Layout (specs/scale.md section 4.2), one immutable file per (SAE, feature bucket):
+
+    <root>/activations/sae_id=<id>/fb=<feature // 256 :05d>/part-<cfg8>.parquet
+        columns feature INT32, window_id INT64, position INT16, value FLOAT, rank INT32
+        sorted by (feature, value DESC, window_id, position); rank = 0-based rank of the row within its feature in
+        that order; row groups of ROW_GROUP_SIZE rows (sae_id and fb live in the path, not in the file)
+    <root>/staging/<job>/...              files being written; never read (moved into place when complete)
+
+How a store knows it is partitioned: per SAE, from its ledger. `store.duckdb` stays the control plane; the table
+`activation_partitions` (migration 5) holds one row per SAE whose activations live under a root (sae_id, root,
+n_rows, part). A row there is the commit record: it is written in the same transaction that deletes the SAE's rows
+from the single file (`graduate.py`), so readers see the rows either in the file or in Parquet, never both and never
+a half-written bucket. An SAE without a row reads the `activations` table as before, so one store may hold both.
+
+Reads: every activation query of the store names its relation through `Partitions._activations_sql(sae_id)`,
+which is `activations` (the table) or, for a partitioned SAE, a view over
+`read_parquet('<root>/activations/sae_id=<id>/*/*.parquet', hive_partitioning=true, hive_types=HIVE_TYPES)` with
+the same columns (plus fb and rank). Per-feature queries also filter `fb = feature // 256` (`_bucket_filter`), which
+DuckDB turns into a file filter: only that bucket's file is opened (checked with EXPLAIN in tests/store/
+test_partitioned.py). The view is inlined as a subquery rather than a per-connection TEMP VIEW: the store's
+connections are short-lived cursors of one process-wide DuckDB instance, and a subquery needs no per-cursor state.
+
+Object storage: a root `s3://bucket/prefix` is read and written through fsspec/s3fs registered in DuckDB
+(`register_filesystem`; no httpfs extension, so it works offline). Credentials come from the usual AWS variables
+(AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_DEFAULT_REGION); the endpoint (moto, MinIO) from
+AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL (the CLI's --endpoint-url sets the latter).
+
+Writers (graduate, and the Ray backend's reduce tasks) use `write_bucket`, which sorts and ranks one bucket's rows
+and COPYs them to a file; the caller writes to a staging path and moves the file into place (`move_file`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import threading
+from typing import Any
+from urllib.parse import quote
+
+import duckdb
+import fsspec  # pyright: ignore[reportMissingTypeStubs]
+
+from sae_workbench.store.base import StoreBase
+from sae_workbench.store.sql import count, dumps, first
+
+BUCKET_SIZE = 256
+"""Features per partition bucket (specs/scale.md 4.2: 131k features -> 512 buckets, each a few files' footers)."""
+ROW_GROUP_SIZE = 122_880
+"""Rows per Parquet row group: DuckDB's default row-group size, so a top-k read of one feature touches 1-2 groups."""
+HIVE_TYPES = "{'sae_id': VARCHAR, 'fb': INTEGER}"
+"""Types of the hive partition columns (ids are never re-typed as numbers)."""
+FILE_COLUMNS = ("feature", "window_id", "position", "value", "rank")
+"""Columns stored in each bucket file."""
+S3_PREFIX = "s3://"
+
+
+def bucket_of(feature: int) -> int:
+    """The partition bucket (`fb`) of a feature."""
+    return int(feature) // BUCKET_SIZE
+
+
+def sae_segment(sae_id: str) -> str:
+    """The `sae_id=<id>` path segment (characters outside [A-Za-z0-9-_.] percent-encoded)."""
+    return "sae_id=" + quote(sae_id, safe="-_.")
+
+
+def join(root: str, *parts: str) -> str:
+    """`root/part/...` for a local or s3:// root (no trailing slash)."""
+    return "/".join([root.rstrip("/"), *parts])
+
+
+def sae_dir(root: str, sae_id: str) -> str:
+    """The folder holding every bucket of one SAE."""
+    return join(root, "activations", sae_segment(sae_id))
+
+
+def activations_dir(root: str, sae_id: str, fb: int) -> str:
+    """The folder of one (SAE, bucket): `<root>/activations/sae_id=<id>/fb=<fb:05d>`."""
+    return join(sae_dir(root, sae_id), f"fb={int(fb):05d}")
+
+
+def part_name(cfg8: str) -> str:
+    """File name of a bucket's part written under config hash `cfg8`."""
+    return f"part-{cfg8}.parquet"
+
+
+def staging_dir(root: str, job: str) -> str:
+    """A job's staging folder (`<root>/staging/<job>`): written first, never read by queries."""
+    return join(root, "staging", job)
+
+
+def config_hash8(config: Any) -> str:
+    """First 8 hex digits of the sha256 of a JSON-able config (names the part files it writes)."""
+    return hashlib.sha256(dumps(config).encode()).hexdigest()[:8]
+
+
+def is_remote(root: str) -> bool:
+    """Whether the root is on object storage (s3://)."""
+    return root.startswith(S3_PREFIX)
+
+
+def normalise_root(root: str) -> str:
+    """An absolute local path, or the s3:// URL unchanged (trailing slash dropped)."""
+    if is_remote(root):
+        return root.rstrip("/")
+    return os.path.abspath(os.path.expanduser(root))
+
+
+def s3_options() -> dict[str, Any]:
+    """s3fs options from the environment: endpoint from AWS_ENDPOINT_URL_S3 / AWS_ENDPOINT_URL, the rest boto's own
+    variables; listings are never cached (another process may have just committed a bucket)."""
+    options: dict[str, Any] = {"skip_instance_cache": True, "use_listings_cache": False}
+    endpoint = os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
+    if endpoint:
+        options["client_kwargs"] = {"endpoint_url": endpoint}
+    return options
+
+
+def filesystem(root: str) -> Any:
+    """The fsspec filesystem of a root (local or s3)."""
+    if is_remote(root):
+        return fsspec.filesystem("s3", **s3_options())
+    return fsspec.filesystem("file")
+
+
+def fs_path(root_or_path: str) -> str:
+    """A path as its fsspec filesystem names it (s3:// stripped)."""
+    return root_or_path[len(S3_PREFIX) :] if is_remote(root_or_path) else root_or_path
+
+
+_registry_lock = threading.Lock()
+_registered: dict[str, str] = {}
+"""'s3' -> the options registered in this process's DuckDB instance (see ensure_registered)."""
+
+
+def ensure_registered(conn: duckdb.DuckDBPyConnection, root: str) -> None:
+    """Make DuckDB read and write `root`: registers s3fs in the connection's DuckDB instance (shared by all its
+    cursors) for an s3:// root, again when the endpoint or key in the environment changed. A local root needs
+    nothing."""
+    if not is_remote(root):
+        return
+    wanted = dumps({**s3_options(), "key": os.environ.get("AWS_ACCESS_KEY_ID")})
+    with _registry_lock:
+        names = set(conn.list_filesystems())
+        if "s3" in names and _registered.get("s3") == wanted:
+            return
+        if "s3" in names:
+            conn.unregister_filesystem("s3")
+        conn.register_filesystem(filesystem(root))
+        _registered["s3"] = wanted
+
+
+def activations_relation(root: str, sae_id: str) -> str:
+    """SQL of a relation with the `activations` table's columns (+ fb, rank) over one SAE's Parquet files."""
+    glob = join(sae_dir(root, sae_id), "*", "*.parquet").replace("'", "''")
+    literal = sae_id.replace("'", "''")
+    return (
+        f"(SELECT '{literal}'::TEXT AS sae_id, feature, window_id, position, value, rank, fb FROM read_parquet("
+        f"'{glob}', hive_partitioning = true, hive_types = {HIVE_TYPES}))"
+    )
+
+
+def write_bucket(conn: duckdb.DuckDBPyConnection, rows_sql: str, params: list[Any], path: str) -> int:
+    """COPY one bucket's rows (`rows_sql` yields feature, window_id, position, value) to the Parquet file `path`,
+    sorted by (feature, value DESC, window_id, position) with each row's rank within its feature; return the rows.
+
+    The caller picks the path: write to a staging path, then `move_file` it into place once complete.
+    """
+    ensure_registered(conn, path)
+    fs = filesystem(path)
+    if not is_remote(path):
+        fs.makedirs(os.path.dirname(path), exist_ok=True)
+    target = path.replace("'", "''")
+    return count(
+        conn.execute(
+            "COPY (SELECT feature::INTEGER AS feature, window_id::BIGINT AS window_id, position::SMALLINT AS position, "
+            "value::FLOAT AS value, (row_number() OVER (PARTITION BY feature ORDER BY value DESC, window_id, position) "
+            f"- 1)::INTEGER AS rank FROM ({rows_sql}) ORDER BY feature, value DESC, window_id, position) TO '{target}' "
+            f"(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {ROW_GROUP_SIZE})",
+            params,
+        )
+    )
+
+
+def parquet_rows(conn: duckdb.DuckDBPyConnection, path_or_glob: str) -> int:
+    """Rows in a Parquet file (or glob of files), from the footers only."""
+    ensure_registered(conn, path_or_glob)
+    literal = path_or_glob.replace("'", "''")
+    return count(conn.execute(f"SELECT coalesce(sum(num_rows), 0) FROM parquet_file_metadata('{literal}')"))
+
+
+def move_file(src: str, dst: str) -> None:
+    """Move a finished file into place (a rename on a local root, copy + delete on s3), replacing `dst`."""
+    fs = filesystem(src)
+    if not is_remote(dst):
+        fs.makedirs(os.path.dirname(dst), exist_ok=True)
+        os.replace(src, dst)
+        return
+    fs.mv(fs_path(src), fs_path(dst))
+
+
+class Partitions(StoreBase):
+    """The `activation_partitions` ledger and the activation relation every activation query names."""
+
+    def activations_root(self, sae_id: str) -> str | None:
+        """The Parquet root holding `sae_id`'s activations, or None when they are in the store file."""
+        return self._cached(("partition_root", sae_id), lambda: self._read_partition_root(sae_id))
+
+    def _read_partition_root(self, sae_id: str) -> str | None:
+        """activations_root without the session cache."""
+        with self._conn() as conn:
+            row = first(conn.execute("SELECT root FROM activation_partitions WHERE sae_id = ?", [sae_id]))
+        return None if row is None else str(row[0])
+
+    def partitioned_saes(self) -> dict[str, str]:
+        """sae_id -> root of every SAE whose activations are partitioned Parquet."""
+        with self._conn() as conn:
+            rows = conn.execute("SELECT sae_id, root FROM activation_partitions ORDER BY sae_id").fetchall()
+        return {str(r[0]): str(r[1]) for r in rows}
+
+    def _activations_sql(self, sae_id: str) -> str:
+        """The relation holding `sae_id`'s activation rows: the `activations` table or its Parquet view."""
+        root = self.activations_root(sae_id)
+        if root is None:
+            return "activations"
+        with self._conn() as conn:
+            ensure_registered(conn, root)
+        return activations_relation(root, sae_id)
+
+    def _bucket_filter(self, sae_id: str, feature: int) -> str:
+        """` AND fb = <bucket>` for a partitioned SAE (DuckDB then opens only that bucket's file), else ''."""
+        if self.activations_root(sae_id) is None:
+            return ""
+        return f" AND fb = {bucket_of(feature)}"
+
+    def record_partitioned(self, sae_id: str, root: str, n_rows: int, part: str) -> None:
+        """Commit `sae_id`'s activations as living under `root` (the ledger row; call inside the transaction that
+        removes its rows from the file, after every bucket file is in place)."""
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO activation_partitions (sae_id, root, n_rows, part) VALUES (?, ?, ?, ?)",
+                [sae_id, normalise_root(root), int(n_rows), part],
+            ).fetchall()
