@@ -21,7 +21,7 @@ from tqdm import tqdm
 from transformer_lens import HookedTransformer
 
 from sae_workbench.evaluation.attribution.baselines import grad_x_input, integrated_gradients
-from sae_workbench.evaluation.attribution.depass import depass_components, depass_tokens
+from sae_workbench.evaluation.attribution.depass import depass_components, depass_tokens, depass_upstream
 from sae_workbench.evaluation.attribution.effects import DEFAULT_ALPHAS, ablate_feature, steer_feature
 from sae_workbench.evaluation.attribution.errors import AttributionError
 from sae_workbench.evaluation.attribution.propagate import MLP_RULES, SOFTMAX_TEMPERATURE, MlpRule
@@ -31,7 +31,9 @@ from sae_workbench.store.attributions import AttributionRecord, EffectRecord
 log = logging.getLogger(__name__)
 
 JOB_VERSION = "1"
-LEVELS = ("tokens", "components")
+LEVELS = ("tokens", "components", "upstream")
+DEFAULT_LEVELS = ("tokens", "components")
+"""What a run attributes unless told otherwise; `upstream` also needs an upstream SAE (`Upstream`)."""
 BASELINES = ("grad_x_input", "integrated_gradients")
 
 
@@ -49,8 +51,8 @@ class AttributeConfig:
     """DePass's MLP rule."""
     temperature: float = SOFTMAX_TEMPERATURE
     """Softmax-rule temperature (arXiv 2510.18462: 0.1)."""
-    levels: tuple[str, ...] = LEVELS
-    """tokens and/or components."""
+    levels: tuple[str, ...] = DEFAULT_LEVELS
+    """tokens, components and/or upstream (the last needs an `Upstream` SAE at a lower hook)."""
     baselines: tuple[str, ...] = ()
     """Token baselines also stored: grad_x_input, integrated_gradients."""
     effects: bool = True
@@ -70,6 +72,15 @@ class AttributeConfig:
                 f"unknown {bad or 'examples < 1'}: levels are {LEVELS}, baselines {BASELINES}, rules {MLP_RULES}, "
                 "and at least 1 example per feature."
             )
+
+
+@dataclass(frozen=True)
+class Upstream:
+    """An SAE at a lower residual hook whose features the `upstream` level credits."""
+
+    sae: SAE[Any]
+    hook: str
+    sae_id: str
 
 
 @dataclass
@@ -101,13 +112,19 @@ def _token_methods(config: AttributeConfig) -> list[tuple[str, str, str]]:
 
 def _attribute(
     model: HookedTransformer, sae: SAE[Any], hook: str, tokens_N: torch.Tensor, feature: int, position: int,
-    level: str, method: str, config: AttributeConfig,
+    level: str, method: str, config: AttributeConfig, upstream: Upstream | None = None,
 ) -> dict[str, Any]:  # fmt: skip
     """One result's JSON document."""
     if method == "depass" and level == "tokens":
         return depass_tokens(
             model, sae, hook, tokens_N, feature, position, config.rule, config.temperature
         ).to_dict()
+    if method == "depass" and level == "upstream" and upstream is not None:
+        result = depass_upstream(
+            model, sae, hook, tokens_N, feature, upstream.sae, upstream.hook, position, config.rule,
+            config.temperature,
+        ).to_dict()  # fmt: skip
+        return {**result, "upstream_sae_id": upstream.sae_id}
     if method == "depass":
         return depass_components(
             model, sae, hook, tokens_N, feature, position, config.rule, config.temperature
@@ -125,10 +142,15 @@ def run_attribution(
     features: list[int],
     config: AttributeConfig | None = None,
     progress: bool = True,
+    upstream: Upstream | None = None,
 ) -> AttributeSummary:
     """Attribute each feature's top examples and measure its effects; store everything; skip what is stored."""
     config = config or AttributeConfig()
     config.check()
+    if ("upstream" in config.levels) != (upstream is not None):
+        raise AttributeConfigError(
+            "the upstream level needs an upstream SAE (--upstream-sae), and an upstream SAE needs the upstream level"
+        )
     record = store.get_sae(sae_id)
     corpus = store.index_progress(sae_id)
     if corpus is None:
@@ -150,15 +172,20 @@ def run_attribution(
         for ex, window in zip(examples, windows, strict=True):
             tokens_N = torch.as_tensor(window.tokens, dtype=torch.long)
             for level, method, rule in _token_methods(config):
+                extra = (
+                    {"upstream": [upstream.sae_id, upstream.hook]}
+                    if level == "upstream" and upstream is not None
+                    else {}
+                )
                 key = config_key(
                     sae_id=sae_id, feature=feature, window=ex.window_id, position=ex.max_position, level=level,
-                    method=method, rule=rule, temperature=config.temperature if method == "depass" else None,
+                    method=method, rule=rule, temperature=config.temperature if method == "depass" else None, **extra,
                 )  # fmt: skip
                 if key in stored:
                     summary.skipped += 1
                     continue
                 result = _attribute(
-                    model, sae, hook, tokens_N, feature, ex.max_position, level, method, config
+                    model, sae, hook, tokens_N, feature, ex.max_position, level, method, config, upstream
                 )
                 rows.append(
                     AttributionRecord(

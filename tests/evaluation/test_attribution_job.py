@@ -135,3 +135,65 @@ def test_attribute_command_runs_resumes_and_exports(sample, tmp_path: Path):
     assert again.exit_code == 0 and "0 new attributions, 0 new effects, 5 already stored" in again.output
     wrong = runner.invoke(cli.app, [*args[:3], "--sae", "not-this-id", *args[5:]])
     assert wrong.exit_code != 0
+
+
+def test_upstream_level_stores_complete_shares_and_exports_a_two_layer_graph(sample, tmp_path: Path):
+    import torch
+    from sae_lens import TopKSAE, TopKSAEConfig
+
+    from sae_workbench.sae.io import save_sae
+
+    if not any(c.name == "attribute" for c in cli.app.registered_commands):
+        cli._register_stage_commands()
+    model = load_model(MODEL)
+    torch.manual_seed(7)
+    up = TopKSAE(TopKSAEConfig(d_in=model.cfg.d_model, d_sae=64, k=6))
+    up.cfg.metadata.hook_name = "blocks.0.hook_resid_post"
+    up_dir = save_sae(up, tmp_path / "upstream")
+    store = Store.open(sample.path)
+    # a feature nothing is stored for yet (the sample store plants DePass rows for its explained feature)
+    feature = next(
+        f
+        for f in _features_with_examples(store, sample.sae_id, sample.d_sae, 8)
+        if not store.attributions(sample.sae_id, f)
+    )
+    base = ["attribute", "--store", str(sample.path), "--sae", sample.sae_id, "--sae-path", str(sample.sae_dir),
+            "--features", str(feature), "--examples", "1", "--no-effects", "--no-progress"]  # fmt: skip
+    # The upstream level without an upstream SAE is refused before anything runs.
+    refused = runner.invoke(cli.app, [*base, "--levels", "upstream"])
+    assert refused.exit_code != 0 and "upstream SAE" in str(refused.exception)
+    args = [
+        *base,
+        "--levels",
+        "upstream",
+        "--upstream-sae",
+        str(up_dir),
+        "--export-graphs",
+        str(tmp_path / "g"),
+    ]
+    first = runner.invoke(cli.app, args)
+    assert first.exit_code == 0, first.output
+    assert "1 new attributions" in first.output
+    rows = store.attributions(sample.sae_id, feature, level="upstream", method="depass")
+    assert len(rows) == 1
+    r = rows[0].result
+    assert r["upstream_hook"] == "blocks.0.hook_resid_post" and r["hook"] == "blocks.1.hook_resid_post"
+    # The exact split: every credited part adds up to the downstream feature's pre-activation.
+    parts = [
+        *r["scores_K"],
+        *(r[k] for k in ("other_features", "b_dec", "bos", "sae_error", "model_bias", "sae_bias")),
+    ]
+    assert sum(parts) == pytest.approx(r["pre_activation"], abs=1e-4 * max(1.0, sum(abs(p) for p in parts)))
+    # The example's stored peak is what was attributed.
+    ex = store.top_examples(sample.sae_id, feature, 1)[0]
+    assert r["activation"] == pytest.approx(ex.max_value, rel=1e-3, abs=1e-4)
+    graphs = sorted((tmp_path / "g").glob("*-upstream.json"))
+    assert len(graphs) == 1
+    graph = json.loads(graphs[0].read_text())
+    layers = {n["layer"] for n in graph["nodes"]}
+    assert layers == {"0", "1"}  # upstream features at layer 0, the attributed feature at layer 1
+    assert sum(link["weight"] for link in graph["links"]) == pytest.approx(sum(parts), rel=1e-6, abs=1e-6)
+    again = runner.invoke(cli.app, args)
+    assert (
+        again.exit_code == 0 and "0 new attributions" in again.output and "1 already stored" in again.output
+    )

@@ -3,6 +3,8 @@
     workbench attribute --store runs/store.duckdb --sae <SAE_ID> --sae-path runs/sae --features 0-49
     workbench attribute --store S --sae ID --sae-path P --features 3 --rule up_linear --baselines grad_x_input
     workbench attribute --store S --sae ID --sae-path P --features 3,7 --export-graphs runs/graphs
+    workbench attribute --store S --sae ID --sae-path P --features 3 --levels tokens,upstream \
+        --upstream-sae runs/sae-layer1 --upstream-hook blocks.1.hook_resid_post
 
 Each feature's top examples are attributed at their peak (token shares and head/MLP shares, DePass arXiv
 2510.18462), then the feature is zero- and mean-ablated over them and steered from the top example's prefix. A rerun
@@ -27,7 +29,15 @@ def attribute(
     rule: str = typer.Option(
         "softmax", help="DePass MLP rule: softmax (paper, T=0.1), up_linear or gate_linear."
     ),
-    levels: str = typer.Option("tokens,components", help="tokens and/or components."),
+    levels: str = typer.Option(
+        "tokens,components", help="tokens, components and/or upstream (needs --upstream-sae)."
+    ),
+    upstream_sae: Path | None = typer.Option(
+        None, help="An SAE at a lower residual hook: the upstream level credits its features."
+    ),
+    upstream_hook: str | None = typer.Option(
+        None, help="The upstream SAE's hook (default: the hook its cfg records)."
+    ),
     baselines: str = typer.Option(
         "", help="Token baselines to store too: grad_x_input, integrated_gradients."
     ),
@@ -41,10 +51,11 @@ def attribute(
     from sae_workbench.evaluation.attribution.job import (
         AttributeConfig,
         AttributeConfigError,
+        Upstream,
         run_attribution,
     )
     from sae_workbench.models import load_model
-    from sae_workbench.sae.io import load_sae, sae_id_of
+    from sae_workbench.sae.io import load_sae, resolve_hook, sae_id_of
     from sae_workbench.store import Store
 
     db = Store.open(store)
@@ -63,8 +74,13 @@ def attribute(
         effects=effects,
         alphas=tuple(float(a) for a in alphas.split(",") if a.strip()),
     )
+    upstream = None
+    if upstream_sae is not None:
+        up = load_sae(str(upstream_sae), hook=upstream_hook)
+        up_hook = resolve_hook(up, upstream_hook)
+        upstream = Upstream(up, up_hook, sae_id_of(up, record.model, up_hook, upstream_sae))
     wanted = options.parse_features(features, record.d_sae)
-    summary = run_attribution(db, model, loaded, sae, wanted, config, progress=progress)
+    summary = run_attribution(db, model, loaded, sae, wanted, config, progress=progress, upstream=upstream)
     typer.echo(
         f"attributed {summary.features} features: {summary.attributions} new attributions, {summary.effects} new "
         f"effects, {summary.skipped} already stored"
