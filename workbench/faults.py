@@ -1,0 +1,30 @@
+"""One-shot fault injection for the crash/resume tests of the distributed stages (specs/scale.md 4.4).
+
+A test sets `SAE_WORKBENCH_FAULT=<point>:<marker file>`; the first process that reaches `fail_point(<point>)`
+creates the marker and exits at once with status 17 (no cleanup, as a killed worker would); later processes find the
+marker and go on. Unset, `fail_point` costs one environment lookup.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+FAULT_ENV = "SAE_WORKBENCH_FAULT"
+FAULT_EXIT_STATUS = 17
+
+
+def fail_point(point: str) -> None:
+    """Exit this process abruptly if a one-shot fault is armed for `point` and has not fired yet."""
+    armed = os.environ.get(FAULT_ENV)
+    if not armed:
+        return
+    name, _, marker = armed.partition(":")
+    if name != point or not marker:
+        return
+    try:
+        fd = os.open(Path(marker), os.O_CREAT | os.O_EXCL | os.O_WRONLY)  # atomic: exactly one process fires
+    except FileExistsError:
+        return
+    os.close(fd)
+    os._exit(FAULT_EXIT_STATUS)
