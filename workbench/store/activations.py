@@ -21,6 +21,12 @@ from sae_workbench.store.indexing import Indexing
 from sae_workbench.store.records import Example, IndexProgress, WindowMaxima
 from sae_workbench.store.sql import in_ids, numpy_columns
 
+RANK_PREFIX_PER_EXAMPLE = 4
+"""top_examples on a partitioned SAE reads the feature's first max(4k, 64) rows by rank: a window usually has only a
+few tokens near its peak, so 4 rows per asked window almost always hold k distinct windows (else the aggregate runs)."""
+RANK_PREFIX_MIN = 64
+"""Smallest rank prefix read (one small slice of a row group either way)."""
+
 
 class Activations(Indexing):
     """Reads of one feature's activations."""
@@ -38,10 +44,11 @@ class Activations(Indexing):
             if rows is not None:
                 return rows.dense(ids, progress.context_size)
         where, params = in_ids("window_id", [int(i) for i in ids])
+        acts, fb = self._activations_sql(sae_id), self._bucket_filter(sae_id, feature)
         with self._conn() as conn:
             cols = numpy_columns(
                 conn,
-                f"SELECT window_id, position, value FROM activations WHERE sae_id = ? AND feature = ? AND {where}",
+                f"SELECT window_id, position, value FROM {acts} WHERE sae_id = ? AND feature = ?{fb} AND {where}",
                 [sae_id, int(feature), *params],
             )
         # Through FeatureRows so that a window id asked twice gets its activations twice.
@@ -62,10 +69,11 @@ class Activations(Indexing):
     def _read_rows(self, sae_id: str, feature: int) -> FeatureRows | None:
         """Every activation row of a feature, or None when it has more than ROWS_CAP (one plain scan)."""
         cap = feature_rows.ROWS_CAP
+        acts, fb = self._activations_sql(sae_id), self._bucket_filter(sae_id, feature)
         with self._conn() as conn:
             cols = numpy_columns(
                 conn,
-                "SELECT window_id, position, value FROM activations WHERE sae_id = ? AND feature = ? LIMIT ?",
+                f"SELECT window_id, position, value FROM {acts} WHERE sae_id = ? AND feature = ?{fb} LIMIT ?",
                 [sae_id, int(feature), cap + 1],
             )
         if len(cols["window_id"]) > cap:
@@ -78,11 +86,12 @@ class Activations(Indexing):
         rows = self._session_rows(sae_id, feature) if self._in_session() else self._read_rows(sae_id, feature)
         if rows is not None:
             return rows.maxima()
+        acts, fb = self._activations_sql(sae_id), self._bucket_filter(sae_id, feature)
         with self._conn() as conn:
             cols = numpy_columns(
                 conn,
-                "SELECT window_id, max(value) AS m, arg_max(position, (value, -position)) AS p FROM activations "
-                "WHERE sae_id = ? AND feature = ? GROUP BY window_id ORDER BY window_id",
+                f"SELECT window_id, max(value) AS m, arg_max(position, (value, -position)) AS p FROM {acts} "
+                f"WHERE sae_id = ? AND feature = ?{fb} GROUP BY window_id ORDER BY window_id",
                 [sae_id, int(feature)],
             )
         return WindowMaxima(
@@ -101,11 +110,12 @@ class Activations(Indexing):
             if rows is not None:
                 ids, n = self._cached(("token_counts", sae_id), lambda: self._read_token_counts(progress))
                 return rows.text_scores(ids, n)
+        acts, fb = self._activations_sql(sae_id), self._bucket_filter(sae_id, feature)
         with self._conn() as conn:
             cols = numpy_columns(
                 conn,
                 "WITH s AS (SELECT window_id, coalesce(sum(value) FILTER (WHERE position > 0), 0) AS total "
-                "FROM activations WHERE sae_id = ? AND feature = ? GROUP BY window_id) "
+                f"FROM {acts} WHERE sae_id = ? AND feature = ?{fb} GROUP BY window_id) "
                 "SELECT s.window_id, s.total, len(list_filter(w.mask[2:], lambda x: x)) AS n FROM s "
                 "JOIN windows w ON w.corpus = ? AND w.window_id = s.window_id ORDER BY s.window_id",
                 [sae_id, int(feature), progress.corpus],
@@ -130,10 +140,43 @@ class Activations(Indexing):
     def top_examples(self, sae_id: str, feature: int, k: int = 20) -> list[Example]:
         """The `k` windows with the highest max activation of `feature` (ties broken by window id)."""
         self._indexed(sae_id)
+        if self.activations_root(sae_id) is not None:
+            ranked = self._top_by_rank(sae_id, feature, k)
+            if ranked is not None:
+                return ranked
+        acts, fb = self._activations_sql(sae_id), self._bucket_filter(sae_id, feature)
         with self._conn() as conn:
             rows = conn.execute(
-                "SELECT window_id, max(value) AS m, arg_max(position, (value, -position)) FROM activations "
-                "WHERE sae_id = ? AND feature = ? GROUP BY window_id ORDER BY m DESC, window_id LIMIT ?",
+                f"SELECT window_id, max(value) AS m, arg_max(position, (value, -position)) FROM {acts} "
+                f"WHERE sae_id = ? AND feature = ?{fb} GROUP BY window_id ORDER BY m DESC, window_id LIMIT ?",
                 [sae_id, int(feature), int(k)],
             ).fetchall()
         return [Example(int(r[0]), float(r[1]), int(r[2])) for r in rows]
+
+    def _top_by_rank(self, sae_id: str, feature: int, k: int) -> list[Example] | None:
+        """top_examples of a partitioned SAE from the feature's first rows by `rank` (one bucket file, a prefix of
+        the feature's sorted rows), or None when that prefix cannot decide them (then the aggregate query runs).
+
+        Every row valued above the prefix's last value is in the prefix, so a window whose max in the prefix is
+        above it has its true max (and earliest position at it); when at least `k` windows do, they are the top k.
+        """
+        if k <= 0:
+            return []
+        n = max(RANK_PREFIX_PER_EXAMPLE * k, RANK_PREFIX_MIN)
+        acts, fb = self._activations_sql(sae_id), self._bucket_filter(sae_id, feature)
+        with self._conn() as conn:
+            cols = numpy_columns(
+                conn,
+                f"SELECT window_id, position, value FROM {acts} WHERE sae_id = ? AND feature = ?{fb} AND rank < ?",
+                [sae_id, int(feature), n],
+            )
+        values = cols["value"].astype(np.float32)
+        maxima = FeatureRows.from_columns(cols["window_id"], cols["position"], values).maxima()
+        if len(values) < n:  # the whole feature
+            return maxima.top(k)
+        decided = maxima.values > values.min()
+        if int(decided.sum()) < k:
+            return None
+        return WindowMaxima(
+            maxima.window_ids[decided], maxima.values[decided], maxima.positions[decided]
+        ).top(k)

@@ -11,6 +11,7 @@ from typing import Any
 import numpy as np
 
 from sae_workbench.store.errors import IndexConfigError, NotIndexedError, StoreError
+from sae_workbench.store.partitioned import Partitions
 from sae_workbench.store.records import IndexProgress
 from sae_workbench.store.saes import SAEs
 from sae_workbench.store.sql import (
@@ -31,7 +32,7 @@ ACTIVATION_COLUMNS = ("feature", "window_id", "position", "value")
 """Columns of an activation batch (add_activations)."""
 
 
-class Indexing(SAEs, Windows):
+class Indexing(SAEs, Windows, Partitions):
     """The `index_runs`, `activations_staging` and `activations` tables."""
 
     def start_index(
@@ -144,7 +145,13 @@ class Indexing(SAEs, Windows):
         """Move staged activations into the query table sorted by (feature, window, position); return rows moved.
 
         Sorting by feature makes DuckDB's per-row-group min/max skip almost everything for one-feature queries.
+        A partitioned SAE (`activations_root`) refuses staged rows: the table is no longer where it is read from.
         """
+        if self.activations_root(sae_id) is not None and self.activation_count(sae_id, staged=True):
+            raise StoreError(
+                f"SAE {sae_id}'s activations were moved to Parquet under {self.activations_root(sae_id)}; staged rows "
+                "cannot be added to them. Index it into a new store, or write its buckets with the partitioned writer."
+            )
         with self._write() as conn:
             conn.execute(
                 "INSERT INTO activations SELECT * FROM activations_staging WHERE sae_id = ? "
@@ -157,15 +164,16 @@ class Indexing(SAEs, Windows):
 
     def activation_count(self, sae_id: str, staged: bool = False) -> int:
         """Number of stored activation rows of `sae_id` (query table, or staging when `staged`)."""
-        table = "activations_staging" if staged else "activations"
+        table = "activations_staging" if staged else self._activations_sql(sae_id)
         with self._conn() as conn:
             return count(conn.execute(f"SELECT count(*) FROM {table} WHERE sae_id = ?", [sae_id]))
 
     def activation_coordinates(self, sae_id: str) -> Table:
         """All (feature, window_id, position, value) rows of `sae_id` as Arrow (for vectorised statistics)."""
+        acts = self._activations_sql(sae_id)
         with self._conn() as conn:
             return arrow(
-                conn, "SELECT feature, window_id, position, value FROM activations WHERE sae_id = ?", [sae_id]
+                conn, f"SELECT feature, window_id, position, value FROM {acts} WHERE sae_id = ?", [sae_id]
             )
 
     def indexed_window_ids(self, sae_id: str) -> np.ndarray:

@@ -54,6 +54,8 @@ HIVE_TYPES = "{'sae_id': VARCHAR, 'fb': INTEGER}"
 FILE_COLUMNS = ("feature", "window_id", "position", "value", "rank")
 """Columns stored in each bucket file."""
 S3_PREFIX = "s3://"
+_fsspec: Any = fsspec
+"""fsspec (its signatures are untyped)."""
 
 
 def bucket_of(feature: int) -> int:
@@ -121,8 +123,8 @@ def s3_options() -> dict[str, Any]:
 def filesystem(root: str) -> Any:
     """The fsspec filesystem of a root (local or s3)."""
     if is_remote(root):
-        return fsspec.filesystem("s3", **s3_options())
-    return fsspec.filesystem("file")
+        return _fsspec.filesystem("s3", **s3_options())
+    return _fsspec.filesystem("file")
 
 
 def fs_path(root_or_path: str) -> str:

@@ -31,19 +31,20 @@ class Stats(Indexing):
         """(Re)compute density, max, mean, quantiles and histogram of every active feature in SQL; return features."""
         progress = self._indexed(sae_id)
         levels = [float(q) for q in quantile_levels]
+        acts = self._activations_sql(sae_id)
         with self._conn() as conn:
             agg = arrow(
                 conn,
                 "SELECT feature, count(*) AS n_active, count(DISTINCT window_id) AS n_windows, max(value) AS mx, "
-                "avg(value) AS mean, quantile_cont(value, ?::DOUBLE[]) AS q FROM activations WHERE sae_id = ? "
+                f"avg(value) AS mean, quantile_cont(value, ?::DOUBLE[]) AS q FROM {acts} WHERE sae_id = ? "
                 "GROUP BY feature ORDER BY feature",
                 [levels, sae_id],
             )
             hist = arrow(
                 conn,
-                "WITH m AS (SELECT feature, max(value) AS mx FROM activations WHERE sae_id = ? GROUP BY feature) "
+                f"WITH m AS (SELECT feature, max(value) AS mx FROM {acts} WHERE sae_id = ? GROUP BY feature) "
                 "SELECT a.feature, least(greatest(floor(a.value / m.mx * ?), 0), ? - 1)::INTEGER AS bin, "
-                "count(*) AS c FROM activations a JOIN m USING (feature) WHERE a.sae_id = ? AND m.mx > 0 GROUP BY ALL",
+                f"count(*) AS c FROM {acts} a JOIN m USING (feature) WHERE a.sae_id = ? AND m.mx > 0 GROUP BY ALL",
                 [sae_id, n_bins, n_bins, sae_id],
             )
         features: np.ndarray = agg.column("feature").to_numpy().astype(np.int64)

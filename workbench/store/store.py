@@ -3,7 +3,8 @@
 saes.py (saes) · windows.py (windows) · indexing.py (index_runs, activations_staging, activations) ·
 activations.py (per-feature reads, example draws) · stats.py (feature_stats, feature_neighbours) ·
 explanations.py · scores.py (scores, evals) · samples.py · llm_cache.py · embeddings.py (window_vectors) ·
-attributions.py (attributions, feature_effects) · query.py (the caller's own read-only SQL) ·
+attributions.py (attributions, feature_effects) · partitioned.py (Parquet data plane, activation_partitions) ·
+graduate.py (single file -> Parquet) · query.py (the caller's own read-only SQL) ·
 parquet.py (export / import) · base.py (sessions, transactions, the session cache)
 """
 
@@ -17,6 +18,7 @@ from sae_workbench.store.base import Session, StoreBase
 from sae_workbench.store.embeddings import Embeddings
 from sae_workbench.store.errors import IndexConfigError, SchemaVersionError
 from sae_workbench.store.explanations import Explanations
+from sae_workbench.store.graduate import Graduation
 from sae_workbench.store.llm_cache import LLMCache
 from sae_workbench.store.migrations import LATEST_VERSION, migrate, schema_version_of
 from sae_workbench.store.parquet import Parquet
@@ -41,6 +43,7 @@ class Store(
     Parquet,
     Attributions,
     Query,
+    Graduation,
 ):
     """A DuckDB feature store file. Open with `Store.open(path, read_only=False)`; see the package docstring."""
 

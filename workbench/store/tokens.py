@@ -24,11 +24,12 @@ class Tokens(Indexing):
             f"WHERE counted AND {norm} = ?"
         )
         params = [progress.corpus, progress.next_window, wanted]
+        acts = self._activations_sql(sae_id)
         with self._conn() as conn:
             total = count(conn.execute(f"SELECT count(*) FROM ({occurrences_sql})", params))
             rows = conn.execute(
                 f"WITH occ AS ({occurrences_sql}) SELECT a.feature, count(*) AS n, avg(a.value) AS mean, "
-                "max(a.value) AS mx FROM activations a JOIN occ ON a.window_id = occ.window_id "
+                f"max(a.value) AS mx FROM {acts} a JOIN occ ON a.window_id = occ.window_id "
                 "AND a.position = occ.position WHERE a.sae_id = ? GROUP BY a.feature ORDER BY n DESC, mean DESC, "
                 "a.feature LIMIT ?",
                 [*params, sae_id, int(limit)],
