@@ -52,12 +52,15 @@ EXPECTED_SCHEMA = {
     ],
     "feature_effects": ["id", "sae_id", "feature", "kind", "window_ids", "result", "config_key", "created_at"],
     "activation_partitions": ["sae_id", "root", "n_rows", "part", "created_at"],
+    "index_ranges": [
+        "sae_id", "range_start", "range_end", "n_tokens", "n_rows", "files", "config_hash", "committed_at",
+    ],
 }  # fmt: skip
 
 
 def test_blank_database_migrates_to_full_schema(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "s.duckdb")
-    assert store.schema_version() == LATEST_VERSION == 5
+    assert store.schema_version() == LATEST_VERSION == 6
     assert sorted(store.table_names()) == sorted(EXPECTED_SCHEMA)
     for table, columns in EXPECTED_SCHEMA.items():
         assert [c for c, _ in store.table_columns(table)] == columns, table
@@ -83,6 +86,7 @@ def test_blank_database_migrates_to_full_schema(tmp_path: Path) -> None:
         ),
         (4, "attributions and feature_effects (DePass attribution, ablation and steering per feature)"),
         (5, "activation_partitions (SAEs whose activations live as feature-partitioned Parquet under a root)"),
+        (6, "index_ranges (ledger of the window ranges a distributed index run committed)"),
     ]
     con.close()
 

@@ -206,6 +206,21 @@ MIGRATIONS: tuple[Migration, ...] = (
         )
         """,
     ),
+    Migration(
+        6,
+        "index_ranges (ledger of the window ranges a distributed index run committed)",
+        # One row per window range [range_start, range_end) of an SAE, written by the Ray driver in the transaction
+        # that copies the range's staged windows and activation rows in (store/ranges.py); files maps each staging
+        # file to its sha256. Nothing to backfill: single-process runs keep using index_runs.next_window.
+        """
+        CREATE TABLE index_ranges (
+            sae_id TEXT NOT NULL, range_start BIGINT NOT NULL, range_end BIGINT NOT NULL,
+            n_tokens BIGINT NOT NULL, n_rows BIGINT NOT NULL, files JSON NOT NULL, config_hash TEXT NOT NULL,
+            committed_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+            PRIMARY KEY (sae_id, range_start)
+        )
+        """,
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -4,8 +4,8 @@ saes.py (saes) · windows.py (windows) · indexing.py (index_runs, activations_s
 activations.py (per-feature reads, example draws) · stats.py (feature_stats, feature_neighbours) ·
 explanations.py · scores.py (scores, evals) · samples.py · llm_cache.py · embeddings.py (window_vectors) ·
 attributions.py (attributions, feature_effects) · partitioned.py (Parquet data plane, activation_partitions) ·
-graduate.py (single file -> Parquet) · query.py (the caller's own read-only SQL) ·
-parquet.py (export / import) · base.py (sessions, transactions, the session cache)
+graduate.py (single file -> Parquet) · ranges.py (index_ranges, the Ray index ledger) ·
+query.py (the caller's own read-only SQL) · parquet.py (export / import) · base.py (sessions, transactions, the session cache)
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from sae_workbench.store.llm_cache import LLMCache
 from sae_workbench.store.migrations import LATEST_VERSION, migrate, schema_version_of
 from sae_workbench.store.parquet import Parquet
 from sae_workbench.store.query import Query
+from sae_workbench.store.ranges import IndexRanges
 from sae_workbench.store.samples import Samples
 from sae_workbench.store.scores import Scores
 from sae_workbench.store.stats import Stats
@@ -44,6 +45,7 @@ class Store(
     Attributions,
     Query,
     Graduation,
+    IndexRanges,
 ):
     """A DuckDB feature store file. Open with `Store.open(path, read_only=False)`; see the package docstring."""
 
