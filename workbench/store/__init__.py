@@ -26,7 +26,7 @@ Schema: append-only numbered migrations (`migrations.py`) recorded in `schema_mi
 version raises `SchemaVersionError`, an unreadable file `StoreCorruptError`.
 
 Tables: saes, windows, index_runs, activations_staging, activations (sparse: sae_id, feature, window_id, position,
-value; sorted by feature after indexing), feature_stats, feature_neighbours, window_vectors (float32 blobs),
+value; sorted by feature after indexing; empty for a partitioned SAE), activation_partitions (the Parquet ledger), feature_stats, feature_neighbours, window_vectors (float32 blobs),
 explanations (status), scores (status, score_key UNIQUE), evals, llm_cache, samples, schema_migrations.
 
 Public API of `Store` (records are frozen dataclasses from `sae_workbench.store.records`; statuses are
@@ -90,6 +90,12 @@ Public API of `Store` (records are frozen dataclasses from `sae_workbench.store.
   Your own SQL (read-only; works while a job holds the file: it waits its turn through the lease)
   query(sql, params=None) -> pa.Table   (one SELECT / WITH / DESCRIBE / SHOW / SUMMARIZE / EXPLAIN; else
   QueryNotAllowedError) — the CLI's `workbench sql --store S "SELECT ..."`
+
+  Partitioned activations (partitioned.py, graduate.py: an SAE's rows as hive-partitioned Parquet under a root,
+  local or s3://, fb = feature // 256; every read above answers the same on either layout)
+  graduate(root, sae_ids=None) -> list[GraduationReport]   (crash-safe; rerun finishes an interrupted run)
+  activations_root(sae_id) -> str | None;  partitioned_saes() -> {sae_id: root}
+  record_partitioned(sae_id, root, n_rows, part) -> None   (the ledger row, for writers of the layout)
 
   Export / import
   export_parquet(folder) -> list[Path];  import_parquet(folder) -> list[str]
