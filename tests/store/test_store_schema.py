@@ -55,12 +55,16 @@ EXPECTED_SCHEMA = {
     "index_ranges": [
         "sae_id", "range_start", "range_end", "n_tokens", "n_rows", "files", "config_hash", "committed_at",
     ],
+    "interactions": [
+        "id", "sae_id", "feature", "text_hash", "player_type", "budget", "seed", "window_id", "position", "status",
+        "result", "config_key", "created_at",
+    ],
 }  # fmt: skip
 
 
 def test_blank_database_migrates_to_full_schema(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "s.duckdb")
-    assert store.schema_version() == LATEST_VERSION == 6
+    assert store.schema_version() == LATEST_VERSION == 7
     assert sorted(store.table_names()) == sorted(EXPECTED_SCHEMA)
     for table, columns in EXPECTED_SCHEMA.items():
         assert [c for c, _ in store.table_columns(table)] == columns, table
@@ -87,6 +91,10 @@ def test_blank_database_migrates_to_full_schema(tmp_path: Path) -> None:
         (4, "attributions and feature_effects (DePass attribution, ablation and steering per feature)"),
         (5, "activation_partitions (SAEs whose activations live as feature-partitioned Parquet under a root)"),
         (6, "index_ranges (ledger of the window ranges a distributed index run committed)"),
+        (
+            7,
+            "interactions (ProxySPEX interactions behind a feature: top Möbius terms, order-2 index, R^2 table)",
+        ),
     ]
     con.close()
 

@@ -221,6 +221,23 @@ MIGRATIONS: tuple[Migration, ...] = (
         )
         """,
     ),
+    Migration(
+        7,
+        "interactions (ProxySPEX interactions behind a feature: top Möbius terms, order-2 index, R^2 table)",
+        # One JSON result per row (store/interactions.py), keyed by (sae_id, feature, text_hash, player_type, budget,
+        # seed) plus a hash of the other settings in config_key. Results are recomputable, so no backfill.
+        """
+        CREATE SEQUENCE interaction_ids START 1;
+        CREATE TABLE interactions (
+            id BIGINT PRIMARY KEY DEFAULT nextval('interaction_ids'),
+            sae_id TEXT NOT NULL, feature INTEGER NOT NULL, text_hash TEXT NOT NULL, player_type TEXT NOT NULL,
+            budget INTEGER NOT NULL, seed INTEGER NOT NULL, window_id BIGINT, position INTEGER NOT NULL,
+            status TEXT NOT NULL, result JSON NOT NULL, config_key TEXT NOT NULL UNIQUE,
+            created_at TIMESTAMP NOT NULL DEFAULT current_timestamp
+        );
+        CREATE INDEX interactions_feature ON interactions (sae_id, feature)
+        """,
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
