@@ -104,6 +104,9 @@ def _register_stage_commands() -> None:
     from sae_workbench.cli.sql import sql
 
     app.command("sql")(sql)
+    from sae_workbench.cli.graduate import graduate
+
+    app.command("graduate")(graduate)
 
 
 def main() -> None:

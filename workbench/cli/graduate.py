@@ -1,0 +1,59 @@
+"""`workbench graduate`: move a store's sparse activations out of the DuckDB file into feature-partitioned Parquet.
+
+    workbench graduate --store runs/store.duckdb                          # -> runs/store-data/activations/...
+    workbench graduate --store runs/store.duckdb --root s3://bucket/wb --endpoint-url http://127.0.0.1:9000
+
+Every other table stays in the store file, which records where each SAE's rows went (its ledger); every command and
+the app then read them from there. Safe to interrupt: rerunning the same command finishes the job and never counts a
+row twice (see sae_workbench.store.graduate). Credentials for s3:// come from the usual AWS environment variables.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import typer
+
+from sae_workbench import defaults
+from sae_workbench.cli import options
+
+
+def default_root(store: Path) -> Path:
+    """The Parquet root used when --root is not given: `<store folder>/<store name>-data` (one per store file, so
+    two stores in one folder never share, and so never delete, each other's bucket files)."""
+    return store.parent / f"{store.stem}-data"
+
+
+def graduate(
+    store: options.Store = defaults.STORE_PATH,
+    root: str | None = typer.Option(
+        None,
+        "--root",
+        help="Folder or s3://bucket/prefix for the Parquet (default: <store folder>/<name>-data).",
+    ),
+    sae: list[str] | None = typer.Option(
+        None,
+        "--sae-id",
+        help="Graduate only this SAE id (repeatable; default: every SAE with rows in the file).",
+    ),
+    endpoint_url: str | None = typer.Option(
+        None,
+        "--endpoint-url",
+        help="S3 endpoint (MinIO, moto, other S3-compatible stores); sets AWS_ENDPOINT_URL.",
+    ),
+) -> None:
+    """Move activations from the store file to hive-partitioned Parquet (feature buckets of 256), crash-safely."""
+    from sae_workbench.store import Store
+
+    if endpoint_url:
+        os.environ["AWS_ENDPOINT_URL"] = endpoint_url
+    target = root if root is not None else str(default_root(store))
+    reports = Store.open(store).graduate(target, sae or None)
+    if not reports:
+        typer.echo(f"nothing to graduate in {store}: no SAE has activation rows in the file.")
+    for r in reports:
+        if r.already:
+            typer.echo(f"{r.sae_id}: already under {r.root} ({r.n_rows:,} rows); leftovers cleaned")
+        else:
+            typer.echo(f"{r.sae_id}: {r.n_rows:,} rows in {r.n_buckets} buckets -> {r.root}")
