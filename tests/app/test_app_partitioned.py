@@ -1,0 +1,34 @@
+"""The app on a graduated store (activations in partitioned Parquet): the feature dashboard renders the same page."""
+
+import shutil
+from pathlib import Path
+
+import duckdb
+import pytest
+
+from sae_workbench.app import queries
+from sae_workbench.store import Store
+from tests.app.sample_store import SampleStore
+from tests.app.test_app_pages import markdown_text, run_page
+
+
+def test_feature_page_is_the_same_from_a_partitioned_store(
+    app_sample_store: SampleStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    sample = app_sample_store
+    path = tmp_path / "parted.duckdb"
+    shutil.copy(sample.path, path)
+    (report,) = Store.open(path).graduate(str(tmp_path / "root"))
+    assert report.n_rows > 0 and report.n_buckets >= 1
+    con = duckdb.connect(str(path), read_only=True)
+    assert con.execute("SELECT count(*) FROM activations").fetchall() == [(0,)]  # only the Parquet can answer
+    con.close()
+    pages = []
+    for store in (sample.path, path):
+        queries.clear_caches()
+        feature = str(sample.explained_feature)
+        at = run_page("feature", store, monkeypatch, sae=sample.sae_id, feature=feature)
+        pages.append((at.title[0].value, markdown_text(at), [m.value for m in at.metric]))
+    queries.clear_caches()
+    assert pages[1] == pages[0]
+    assert pages[1][1].count('class="wb-tok') > 50  # the top examples' tokens, read from the bucket file
