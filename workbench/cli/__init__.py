@@ -101,6 +101,9 @@ def _register_stage_commands() -> None:
     from sae_workbench.cli.attribute import attribute
 
     app.command("attribute")(attribute)
+    from sae_workbench.cli.interactions import interactions
+
+    app.command("interactions")(interactions)
     from sae_workbench.cli.sql import sql
 
     app.command("sql")(sql)

@@ -50,22 +50,14 @@ def attribute(
     from sae_workbench.evaluation.attribution.export import export_graphs as write_graphs
     from sae_workbench.evaluation.attribution.job import (
         AttributeConfig,
-        AttributeConfigError,
         Upstream,
         run_attribution,
     )
-    from sae_workbench.models import load_model
-    from sae_workbench.sae.io import load_sae, resolve_hook, sae_id_of
     from sae_workbench.store import Store
 
     db = Store.open(store)
     record = db.get_sae(sae)
-    model = load_model(record.model)
-    loaded = load_sae(str(sae_path))
-    if sae_id_of(loaded, record.model, record.hook, sae_path) != sae:
-        raise AttributeConfigError(
-            f"{sae_path} is not SAE {sae} (its weights hash differently); pass the indexed SAE."
-        )
+    model, loaded = options.load_indexed_sae(db, sae, sae_path)
     config = AttributeConfig(
         examples=examples,
         rule=rule,  # type: ignore[arg-type]  # checked by config.check()
@@ -74,11 +66,8 @@ def attribute(
         effects=effects,
         alphas=tuple(float(a) for a in alphas.split(",") if a.strip()),
     )
-    upstream = None
-    if upstream_sae is not None:
-        up = load_sae(str(upstream_sae), hook=upstream_hook)
-        up_hook = resolve_hook(up, upstream_hook)
-        upstream = Upstream(up, up_hook, sae_id_of(up, record.model, up_hook, upstream_sae))
+    up = options.load_upstream(upstream_sae, upstream_hook, record.model)
+    upstream = None if up is None else Upstream(*up)
     wanted = options.parse_features(features, record.d_sae)
     summary = run_attribution(db, model, loaded, sae, wanted, config, progress=progress, upstream=upstream)
     typer.echo(

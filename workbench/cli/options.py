@@ -136,6 +136,20 @@ RayAddress = Annotated[
         help="Ray cluster to join with --backend ray (default: RAY_ADDRESS, else a local 127.0.0.1-only cluster).",
     ),
 ]
+RayWorkers = Annotated[
+    int | None,
+    typer.Option(
+        "--ray-workers", help="Worker actors with --backend ray, one CPU each (default: the cluster's CPUs)."
+    ),
+]
+LlmQps = Annotated[
+    float | None,
+    typer.Option(
+        "--llm-qps",
+        help="With --backend ray: most LLM calls per second to the endpoint over all workers together, and "
+        "--concurrency bounds their calls in flight together (default: no rate limit).",
+    ),
+]
 LlmModel = Annotated[
     str | None,
     typer.Option(
@@ -193,3 +207,29 @@ def load_subject(
     if context_size is not None:
         check_context_size(loaded, context_size)
     return loaded
+
+
+def load_indexed_sae(store: Any, sae_id: str, sae_path: Path) -> tuple[HookedTransformer, Any]:
+    """The model an indexed SAE reads and the SAE loaded from `sae_path`; raise SAEIdError unless it is that SAE."""
+    from sae_workbench.models import load_model
+    from sae_workbench.sae.io import SAEIdError, load_sae, sae_id_of
+
+    record = store.get_sae(sae_id)
+    model = load_model(record.model)
+    loaded = load_sae(str(sae_path))
+    if sae_id_of(loaded, record.model, record.hook, sae_path) != sae_id:
+        raise SAEIdError(
+            f"{sae_path} is not SAE {sae_id} (its weights hash differently); pass the indexed SAE."
+        )
+    return model, loaded
+
+
+def load_upstream(path: Path | None, hook: str | None, model_name: str) -> tuple[Any, str, str] | None:
+    """(SAE, its hook, its id) of an upstream SAE folder (hook from its cfg unless given), or None without one."""
+    from sae_workbench.sae.io import load_sae, resolve_hook, sae_id_of
+
+    if path is None:
+        return None
+    up = load_sae(str(path), hook=hook)
+    up_hook = resolve_hook(up, hook)
+    return up, up_hook, sae_id_of(up, model_name, up_hook, path)
