@@ -59,12 +59,13 @@ EXPECTED_SCHEMA = {
         "id", "sae_id", "feature", "text_hash", "player_type", "budget", "seed", "window_id", "position", "status",
         "result", "config_key", "created_at",
     ],
+    "window_partitions": ["corpus", "root", "n_rows", "part", "created_at"],
 }  # fmt: skip
 
 
 def test_blank_database_migrates_to_full_schema(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "s.duckdb")
-    assert store.schema_version() == LATEST_VERSION == 7
+    assert store.schema_version() == LATEST_VERSION == 8
     assert sorted(store.table_names()) == sorted(EXPECTED_SCHEMA)
     for table, columns in EXPECTED_SCHEMA.items():
         assert [c for c, _ in store.table_columns(table)] == columns, table
@@ -95,6 +96,7 @@ def test_blank_database_migrates_to_full_schema(tmp_path: Path) -> None:
             7,
             "interactions (ProxySPEX interactions behind a feature: top Möbius terms, order-2 index, R^2 table)",
         ),
+        (8, "window_partitions (corpora whose windows live as window-chunked Parquet under a root)"),
     ]
     con.close()
 

@@ -194,7 +194,8 @@ MIGRATIONS: tuple[Migration, ...] = (
             created_at TIMESTAMP NOT NULL DEFAULT current_timestamp
         )
         """,
-    ),    Migration(
+    ),
+    Migration(
         5,
         "activation_partitions (SAEs whose activations live as feature-partitioned Parquet under a root)",
         # The ledger row of store/partitioned.py: written in the transaction that removes the SAE's rows from
@@ -236,6 +237,18 @@ MIGRATIONS: tuple[Migration, ...] = (
             created_at TIMESTAMP NOT NULL DEFAULT current_timestamp
         );
         CREATE INDEX interactions_feature ON interactions (sae_id, feature)
+        """,
+    ),
+    Migration(
+        8,
+        "window_partitions (corpora whose windows live as window-chunked Parquet under a root)",
+        # The windows counterpart of activation_partitions (store/partitioned.py): written in the transaction that
+        # removes the corpus's rows from `windows` (graduate). Nothing to backfill.
+        """
+        CREATE TABLE window_partitions (
+            corpus TEXT PRIMARY KEY, root TEXT NOT NULL, n_rows BIGINT NOT NULL, part TEXT NOT NULL,
+            created_at TIMESTAMP NOT NULL DEFAULT current_timestamp
+        )
         """,
     ),
 )
