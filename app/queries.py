@@ -642,3 +642,52 @@ def _feature_attributions(
         ((name, sum(v) / len(v), len(v)) for name, v in totals.items()), key=lambda item: -item[1]
     )
     return FeatureAttributions(tokens, components, effects)
+
+
+class InteractionView(NamedTuple):
+    """One stored ProxySPEX result as the Feature page's "Interactions" section shows it."""
+
+    window_id: int | None
+    position: int
+    player_type: str
+    budget: int
+    seed: int
+    status: str
+    """ok, or constant (the feature does not respond to masking: `message` says so)."""
+    message: str
+    top_terms: list[dict[str, Any]]
+    """Largest Möbius terms of order >= 2: players' labels, value, each player's singleton."""
+    order2: list[dict[str, Any]]
+    index: str
+    r2: dict[str, float]
+    full_value: float
+    empty_value: float
+    wall_s: float
+
+
+def interactions_command(sae_id: str, feature: int) -> str:
+    """The exact `workbench interactions` command that stores this feature's ProxySPEX interactions."""
+    return f"workbench interactions --store STORE --sae {sae_id} --sae-path SAE_DIR --features {int(feature)}"
+
+
+def feature_interactions(path: str, sae_id: str, feature: int) -> list[InteractionView]:
+    """A feature's stored ProxySPEX interaction results (read only; nothing is computed here)."""
+    return _feature_interactions(path, store_version(path), sae_id, int(feature))
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False, max_entries=256)
+def _feature_interactions(
+    path: str, version: tuple[int, ...], sae_id: str, feature: int
+) -> list[InteractionView]:
+    rows = _open(path).interactions(sae_id, feature)
+    return [
+        InteractionView(
+            window_id=r.window_id, position=r.position, player_type=r.player_type, budget=r.budget, seed=r.seed,
+            status=r.status, message=str(r.result.get("message", "")), top_terms=list(r.result.get("top_terms", [])),
+            order2=list(r.result.get("order2", [])), index=str(r.result.get("index", "")),
+            r2={k: float(v) for k, v in r.result.get("r2", {}).items()},
+            full_value=float(r.result.get("full_value", math.nan)),
+            empty_value=float(r.result.get("empty_value", math.nan)), wall_s=float(r.result.get("wall_s", math.nan)),
+        )
+        for r in rows
+    ]  # fmt: skip

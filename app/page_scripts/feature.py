@@ -415,3 +415,64 @@ def show_why_it_fires() -> None:
 
 
 show_why_it_fires()
+
+
+def show_interactions() -> None:
+    """Stored ProxySPEX interactions (arXiv 2505.17495): top Möbius terms with singletons and the R^2 table."""
+    st.subheader("Interactions")
+    stored = ui.guarded(queries.feature_interactions, path, sae.sae_id, feature)
+    if not stored:
+        st.caption(
+            "No ProxySPEX interactions stored for this feature — fill with "
+            f"`{queries.interactions_command(sae.sae_id, feature)}` (needs `pip install '.[interactions]'`)."
+        )
+        return
+    st.markdown(
+        "**Sparse interactions** (ProxySPEX, arXiv 2505.17495): Möbius terms of order ≥ 2 read off gradient-boosted "
+        "trees fitted to the feature's activation under random masks, each with its players' own (singleton) terms; "
+        "R² on 1000 fresh masks says whether the interaction model beats the marginal ones."
+    )
+    for view in stored:
+        where = (
+            f"window {view.window_id} · position {view.position} · {view.player_type} · budget {view.budget}"
+        )
+        if view.status != "ok":
+            st.caption(f"{where}: {view.message}")
+            continue
+        st.markdown(
+            f'<div class="wb-special" style="font-size:0.75rem">{render.escape_text(where)} · seed {view.seed} · '
+            f"v(all) {view.full_value:.3f} · v(none) {view.empty_value:.3f} · {view.wall_s:.1f} s</div>",
+            unsafe_allow_html=True,
+        )
+        cols = st.columns(3)
+        for col, (name, label) in zip(
+            cols,
+            (("proxyspex", "R² ProxySPEX"), ("shapley", "R² Shapley"), ("banzhaf", "R² Banzhaf")),
+            strict=True,
+        ):
+            col.metric(label, f"{view.r2.get(name, float('nan')):.3f}")
+        if view.top_terms:
+            st.dataframe(
+                pd.DataFrame(
+                    [
+                        {
+                            "interaction": " × ".join(repr(lbl) for lbl in t.get("labels", [])),
+                            "Möbius": float(t.get("value", 0.0)),
+                            "singletons": ", ".join(f"{float(v):+.3f}" for v in t.get("singletons", [])),
+                        }
+                        for t in view.top_terms
+                    ]
+                ),
+                hide_index=True,
+            )
+        if view.order2:
+            st.caption(
+                f"{render.escape_text(view.index)} at order 2: "
+                + ", ".join(
+                    f"{' × '.join(repr(lbl) for lbl in t.get('labels', []))} {float(t.get('value', 0.0)):+.3f}"
+                    for t in view.order2[:5]
+                )
+            )
+
+
+show_interactions()

@@ -127,6 +127,7 @@ def build_sample_store(folder: Path, *, d_sae: int = 128, k: int = 8, seed: int 
     explained = next(int(active[i]) for i in order if int(active[i]) != xss_feature)
     _add_explanations(store, sae_id, explained, xss_feature, windows)
     attributed_window, attributed_token = _add_attributions(store, sae_id, explained)
+    _add_interactions(store, sae_id, explained, attributed_window)
     from sae_workbench.explainers.base import ExplainConfig
     from sae_workbench.explainers.job import ExplainJob
 
@@ -145,6 +146,32 @@ def build_sample_store(folder: Path, *, d_sae: int = 128, k: int = 8, seed: int 
         dead_feature,
         attributed_window,
         attributed_token,
+    )
+
+
+PLANTED_INTERACTION = (" river", " bank", 1.25)
+"""The planted top ProxySPEX Möbius term of the explained feature (labels, value)."""
+PLANTED_R2 = {"proxyspex": 0.91, "shapley": 0.42, "banzhaf": 0.55}
+
+
+def _add_interactions(store, sae_id: str, feature: int, window_id: int) -> None:
+    """A planted ProxySPEX result for `feature` and a constant one, as `workbench interactions` stores them."""
+    from sae_workbench.store.interactions import InteractionRecord
+
+    first, second, value = PLANTED_INTERACTION
+    result = {
+        "top_terms": [{"players": [0, 3], "labels": [first, second], "value": value, "singletons": [0.1, -0.2]}],
+        "order2": [{"players": [0, 3], "labels": [first, second], "value": value / 2}], "index": "FBII",
+        "r2": PLANTED_R2, "full_value": 2.5, "empty_value": 0.0, "wall_s": 12.0,
+    }  # fmt: skip
+    constant = {"message": "the value function is constant (0) on all 1000 masks"}
+    store.add_interactions(
+        [
+            InteractionRecord(sae_id, feature, "a" * 16, "tokens", 1000, 0, window_id, 5, "ok", result, "k1"),
+            InteractionRecord(
+                sae_id, feature, "b" * 16, "heads", 1000, 0, window_id, 5, "constant", constant, "k2"
+            ),
+        ]
     )
 
 
