@@ -28,7 +28,7 @@ from sae_workbench import defaults
 from sae_workbench.corpus import Corpus, MaskPolicy, WindowBatch, default_bos_id, iter_windows
 from sae_workbench.errors import WorkbenchError
 from sae_workbench.models import check_context_size, forward_to_hooks, validate_hooks
-from sae_workbench.store import Store
+from sae_workbench.store import IndexProgress, Store
 
 log = logging.getLogger(__name__)
 
@@ -132,7 +132,7 @@ def sparse_activations(
     )
 
 
-def _encode_batch(
+def encode_batch(
     model: HookedTransformer, sae: SAE[Any], hook: str, batch: WindowBatch, top_k: int | None
 ) -> pa.Table:
     """Forward one batch to `hook`, encode with the SAE, return sparse rows."""
@@ -150,7 +150,7 @@ def _encode_batch(
     )
 
 
-def _window_rows(batches: list[WindowBatch], strings_V: np.ndarray) -> dict[str, Any]:
+def window_rows(batches: list[WindowBatch], strings_V: np.ndarray) -> dict[str, Any]:
     """add_windows keyword arguments for a list of batches."""
     tokens = np.concatenate([b.tokens_BT for b in batches])
     return {
@@ -162,6 +162,39 @@ def _window_rows(batches: list[WindowBatch], strings_V: np.ndarray) -> dict[str,
         "sources": [s for b in batches for s in b.sources],
         "offsets": np.concatenate([b.offsets for b in batches]),
     }
+
+
+def start_indexing(
+    store: Store,
+    model: HookedTransformer,
+    sae: SAE[Any],
+    hook: str,
+    corpus: Corpus,
+    cfg: IndexConfig,
+    model_name: str | None,
+    mask_policy: MaskPolicy | None,
+    sae_path: str | None,
+    sae_metrics: dict[str, Any] | None,
+) -> tuple[str, IndexProgress, dict[str, Any]]:
+    """Check the SAE against the model, register it and begin (or resume) its index: (sae_id, progress, run config)."""
+    from sae_workbench.sae.io import sae_id_of
+
+    name = model_name or model.cfg.model_name
+    check_sae_hook(sae, model, hook)
+    check_context_size(model, cfg.context_size)
+    sae_id = sae_id_of(sae, name, hook, sae_path)
+    sae_cfg = {**sae.cfg.to_dict(), **({"path": sae_path} if sae_path else {})}
+    store.register_sae(sae_id, name, hook, sae.cfg.d_in, sae.cfg.d_sae, sae_cfg, sae_metrics)
+    run_config = {
+        "model": name,
+        "hook": hook,
+        "corpus_fingerprint": corpus.fingerprint,
+        "bos_id": default_bos_id(model.tokenizer),
+        "mask_policy": (mask_policy or MaskPolicy()).to_dict(),
+        **dataclasses.asdict(cfg),
+    }
+    progress = store.start_index(sae_id, corpus.name, cfg.context_size, cfg.top_k, run_config)
+    return sae_id, progress, run_config
 
 
 def index_sae(
@@ -185,26 +218,20 @@ def index_sae(
     rehashing the weights. `sae_metrics` (e.g. the metrics.json `workbench train` wrote next to the SAE) are stored
     with the SAE.
     """
-    from sae_workbench.sae.io import sae_id_of
-
     cfg = config or IndexConfig()
-    name = model_name or model.cfg.model_name
-    check_sae_hook(sae, model, hook)
-    check_context_size(model, cfg.context_size)
-    sae_id = sae_id_of(sae, name, hook, sae_path)
-    sae_cfg = {**sae.cfg.to_dict(), **({"path": sae_path} if sae_path else {})}
-    store.register_sae(sae_id, name, hook, sae.cfg.d_in, sae.cfg.d_sae, sae_cfg, sae_metrics)
+    sae_id, progress, run_config = start_indexing(
+        store, model, sae, hook, corpus, cfg, model_name, mask_policy, sae_path, sae_metrics
+    )
+    ahead = [r for r in store.index_ranges(sae_id) if r.start > progress.next_window]
+    if (
+        ahead
+    ):  # a Ray run committed ranges past a gap; indexing on from next_window here would store them twice
+        raise WorkbenchError(
+            f"SAE {sae_id} has window ranges committed by a Ray run past window {progress.next_window} "
+            f"(first at {ahead[0].start}); finish it with `workbench index --backend ray`."
+        )
     tokenizer = model.tokenizer
-    bos_id = default_bos_id(tokenizer)
-    run_config = {
-        "model": name,
-        "hook": hook,
-        "corpus_fingerprint": corpus.fingerprint,
-        "bos_id": bos_id,
-        "mask_policy": (mask_policy or MaskPolicy()).to_dict(),
-        **dataclasses.asdict(cfg),
-    }
-    progress = store.start_index(sae_id, corpus.name, cfg.context_size, cfg.top_k, run_config)
+    bos_id = int(run_config["bos_id"])
     target_windows = n_tokens // cfg.context_size
     started = time.perf_counter()
     new_windows = new_rows = 0
@@ -226,7 +253,7 @@ def index_sae(
             next_window = int(pending[-1].window_ids[-1]) + 1
             counted = int(sum(b.mask_BT.sum() for b in pending))
             store.add_index_batch(
-                sae_id, corpus.name, _window_rows(pending, strings_V), acts, next_window, counted
+                sae_id, corpus.name, window_rows(pending, strings_V), acts, next_window, counted
             )
             new_windows += sum(len(b.window_ids) for b in pending)
             new_rows += acts.num_rows
@@ -244,7 +271,7 @@ def index_sae(
             mask_policy=mask_policy,
         ):
             pending.append(batch)
-            pending_acts.append(_encode_batch(model, sae, hook, batch, cfg.top_k))
+            pending_acts.append(encode_batch(model, sae, hook, batch, cfg.top_k))
             bar.update(batch.tokens_BT.size)
             if sum(b.tokens_BT.size for b in pending) >= cfg.commit_tokens:
                 commit()
@@ -252,17 +279,24 @@ def index_sae(
             commit()
         bar.close()
     seconds = time.perf_counter() - started
+    finish_index(store, sae_id, sae, model, cfg)
+    result = IndexResult(sae_id, new_windows, new_windows * cfg.context_size, new_rows, seconds)
+    log.info(
+        "indexed %s: %d windows, %d rows, %.0f tok/s", sae_id, new_windows, new_rows, result.tokens_per_s
+    )
+    return result
+
+
+def finish_index(
+    store: Store, sae_id: str, sae: SAE[Any], model: HookedTransformer, cfg: IndexConfig
+) -> None:
+    """Sort the staged rows into the query table and compute feature statistics, unless already finalized."""
     progress = store.index_progress(sae_id)
     assert progress is not None
     if not progress.finalized:
         store.finalize_index(sae_id)
         if cfg.compute_stats:
             compute_feature_stats(store, sae_id, sae, model, cfg)
-    result = IndexResult(sae_id, new_windows, new_windows * cfg.context_size, new_rows, seconds)
-    log.info(
-        "indexed %s: %d windows, %d rows, %.0f tok/s", sae_id, new_windows, new_rows, result.tokens_per_s
-    )
-    return result
 
 
 def _top_k_rows(scores_FX: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:

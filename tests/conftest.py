@@ -40,3 +40,15 @@ def app_sample_store(tmp_path_factory: pytest.TempPathFactory):
     from tests.app.sample_store import build_sample_store
 
     return build_sample_store(tmp_path_factory.mktemp("app_sample"))
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local Ray cluster per test session (2 CPUs, no GPU, loopback only, usage reporting off), shut down after."""
+    from sae_workbench.raycluster import RayConfig, import_ray, init_ray
+
+    started = init_ray(RayConfig(num_cpus=2, num_gpus=0))
+    ray = import_ray()
+    yield ray
+    if started:
+        ray.shutdown()

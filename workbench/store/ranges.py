@@ -54,6 +54,8 @@ class StagedRange:
     """Counted (unmasked) tokens of the range."""
     n_rows: int
     """Activation rows in the activations file."""
+    n_windows: int = 0
+    """Windows in the windows file (fewer than end - start where the corpus ends inside the range)."""
 
 
 def file_sha256(path: str | Path) -> str:

@@ -1,0 +1,187 @@
+"""`index --backend ray` (sae/ray_index.py) on a local 2-CPU Ray cluster: the same rows, statistics and top examples as
+the local backend; an actor that dies mid-range and a SIGKILLed driver leave every range committed exactly once."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import duckdb
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from sae_workbench.corpus import resolve_corpus
+from sae_workbench.faults import FAULT_ENV
+from sae_workbench.raycluster import RayConfig
+from sae_workbench.sae.indexing import IndexConfig, index_sae
+from sae_workbench.sae.ray_index import RayIndexConfig, index_sae_ray, plan_ranges, staging_paths
+from sae_workbench.store import Store
+from sae_workbench.store.ranges import IndexRange
+from tests.sae.test_indexing import HOOK, TEXT, make_sae
+
+REPO = Path(__file__).resolve().parents[2]
+CTX, BATCH, WINDOWS = 32, 4, 32
+CONFIG = IndexConfig(context_size=CTX, batch_size=BATCH, commit_tokens=256)
+RAY = RayIndexConfig(workers=2, range_tokens=8 * CTX)  # 4 ranges of 8 windows (2 forward batches each)
+
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def corpus_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("corpus") / "corpus.txt"
+    path.write_text(TEXT)
+    return path
+
+
+@pytest.fixture(scope="module")
+def local_store(tiny_model, corpus_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Store:
+    """The reference: the same SAE indexed by the local backend."""
+    store = Store.open(tmp_path_factory.mktemp("local") / "s.duckdb")
+    index_sae(store, tiny_model, make_sae(), HOOK, resolve_corpus(str(corpus_file)), WINDOWS * CTX, CONFIG)
+    return store
+
+
+def assert_same_index(ray_store: Store, local_store: Store) -> None:
+    """Identical activation rows (EXCEPT ALL both ways), windows, feature statistics and top-20 of every feature."""
+    [sae] = local_store.list_saes()
+    con = duckdb.connect()
+    con.register("l", local_store.activation_coordinates(sae.sae_id))
+    con.register("r", ray_store.activation_coordinates(sae.sae_id))
+    assert (
+        con.execute("SELECT count(*) FROM l").fetchone() == con.execute("SELECT count(*) FROM r").fetchone()
+    )
+    assert con.execute("SELECT count(*) FROM (SELECT * FROM l EXCEPT ALL SELECT * FROM r)").fetchone() == (0,)
+    assert con.execute("SELECT count(*) FROM (SELECT * FROM r EXCEPT ALL SELECT * FROM l)").fetchone() == (0,)
+    assert ray_store.activation_count(sae.sae_id, staged=True) == 0
+    assert ray_store.feature_table(sae.sae_id).equals(local_store.feature_table(sae.sae_id))
+    for feature in range(sae.d_sae):
+        assert ray_store.top_examples(sae.sae_id, feature, 20) == local_store.top_examples(
+            sae.sae_id, feature, 20
+        )
+    corpus = local_store.index_progress(sae.sae_id).corpus  # type: ignore[union-attr]
+    ids = local_store.window_ids(corpus)
+    assert (ray_store.window_ids(corpus) == ids).all()
+    for mine, theirs in zip(
+        ray_store.get_windows(corpus, ids), local_store.get_windows(corpus, ids), strict=True
+    ):
+        assert (mine.tokens == theirs.tokens).all() and (mine.mask == theirs.mask).all()
+        assert (mine.text, mine.token_strings, mine.source, mine.offset) == (
+            theirs.text, theirs.token_strings, theirs.source, theirs.offset,
+        )  # fmt: skip
+    ray_progress, local_progress = (
+        ray_store.index_progress(sae.sae_id),
+        local_store.index_progress(sae.sae_id),
+    )
+    assert ray_progress is not None and local_progress is not None and ray_progress.finalized
+    assert (ray_progress.next_window, ray_progress.n_tokens) == (
+        local_progress.next_window,
+        local_progress.n_tokens,
+    )
+
+
+def assert_each_range_once(store: Store, sae_id: str) -> None:
+    """The ledger holds the 4 ranges, each once, and their row counts add up to the stored rows."""
+    ranges = store.index_ranges(sae_id)
+    assert [(r.start, r.end) for r in ranges] == [(a, a + 8) for a in range(0, WINDOWS, 8)]
+    assert sum(r.n_rows for r in ranges) == store.activation_count(sae_id)
+
+
+def test_plan_ranges_skips_committed_and_local_prefix() -> None:
+    assert plan_ranges(32, 8, 0, []) == [(0, 8), (8, 16), (16, 24), (24, 32)]
+    committed = [IndexRange(8, 16, 0, 0), IndexRange(24, 32, 0, 0)]
+    assert plan_ranges(30, 8, 4, committed) == [(4, 8), (16, 24)]
+    assert plan_ranges(32, 8, 32, []) == []
+
+
+def test_ray_index_equals_local_and_survives_an_actor_dying_mid_range(
+    ray_cluster,
+    tiny_model,
+    corpus_file: Path,
+    local_store: Store,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    marker = tmp_path / "actor-died"
+    monkeypatch.setenv(FAULT_ENV, f"index-range-24:{marker}")  # range 3 = windows [24, 32), once
+    store = Store.open(tmp_path / "ray.duckdb")
+    sae = make_sae()
+    result = index_sae_ray(
+        store, tiny_model, sae, HOOK, resolve_corpus(str(corpus_file)), WINDOWS * CTX, CONFIG, RAY
+    )
+    assert marker.exists(), "the fault never fired: the test did not kill an actor"
+    assert result.new_windows == WINDOWS and result.new_rows == store.activation_count(result.sae_id)
+    assert_each_range_once(store, result.sae_id)
+    assert_same_index(store, local_store)
+    assert not any((tmp_path / "staging").rglob("*.parquet"))
+    # Rerunning a finished index adds nothing.
+    again = index_sae_ray(
+        store, tiny_model, sae, HOOK, resolve_corpus(str(corpus_file)), WINDOWS * CTX, CONFIG, RAY
+    )
+    assert again.new_windows == 0 and again.new_rows == 0
+    assert_each_range_once(store, result.sae_id)
+
+
+DRIVER = """
+import logging, sys
+sys.path.insert(0, sys.argv[1])
+logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(name)s %(message)s")
+from tests.sae.test_ray_index import CONFIG, CTX, HOOK, RAY, WINDOWS, make_sae
+from sae_workbench.corpus import resolve_corpus
+from sae_workbench.models import load_model
+from sae_workbench.raycluster import RayConfig
+from sae_workbench.sae.ray_index import index_sae_ray
+from sae_workbench.store import Store
+ray = RayConfig(address=sys.argv[4])
+index_sae_ray(Store.open(sys.argv[2]), load_model("tiny"), make_sae(), HOOK, resolve_corpus(sys.argv[3]), WINDOWS * CTX,
+              CONFIG, RAY, ray_config=ray)
+print("DRIVER DONE", flush=True)
+"""
+
+
+def test_sigkilled_driver_then_rerun_commits_every_range_once(
+    ray_cluster, tiny_model, corpus_file: Path, local_store: Store, tmp_path: Path
+) -> None:
+    path = tmp_path / "ray.duckdb"
+    address = ray_cluster.get_runtime_context().gcs_address
+    driver = subprocess.Popen(
+        [sys.executable, "-c", DRIVER, str(REPO), str(path), str(corpus_file), address],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
+    )
+    assert driver.stdout is not None
+    lines: list[str] = []
+    deadline = time.monotonic() + 240
+    for line in driver.stdout:
+        lines.append(line)
+        if "committed range" in line:
+            driver.send_signal(signal.SIGKILL)
+            break
+        assert time.monotonic() < deadline, "".join(lines[-20:])
+    driver.wait(timeout=60)
+    assert driver.returncode == -signal.SIGKILL, "".join(lines[-20:])
+    sae = make_sae()
+    store = Store.open(path)
+    [record] = store.list_saes()
+    committed = store.index_ranges(record.sae_id)
+    assert 1 <= len(committed) < 4
+    # Staging files a dead run left behind, here with garbage rows, must never be counted.
+    garbage = pa.table({"feature": pa.array([0] * 5, pa.int32()), "window_id": pa.array([0] * 5, pa.int64()),
+                        "position": pa.array([1] * 5, pa.int16()), "value": pa.array([1e6] * 5, pa.float32())})  # fmt: skip
+    for start in range(0, WINDOWS, 8):
+        _, acts_file = staging_paths(str(tmp_path / "staging"), record.sae_id, start, start + 8)
+        Path(acts_file).parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(garbage, acts_file)
+    result = index_sae_ray(
+        store, tiny_model, sae, HOOK, resolve_corpus(str(corpus_file)), WINDOWS * CTX, CONFIG, RAY,
+        ray_config=RayConfig(address=address),
+    )  # fmt: skip
+    assert result.new_windows == WINDOWS - sum(r.end - r.start for r in committed)
+    assert_each_range_once(store, record.sae_id)
+    assert_same_index(store, local_store)
+    assert not any((tmp_path / "staging").rglob("*.parquet"))
