@@ -26,6 +26,9 @@ REPO = Path(__file__).resolve().parents[2]
 CTX, BATCH, WINDOWS = 32, 4, 32
 CONFIG = IndexConfig(context_size=CTX, batch_size=BATCH, commit_tokens=256)
 RAY = RayIndexConfig(workers=2, range_tokens=8 * CTX)  # 4 ranges of 8 windows (2 forward batches each)
+ONE_WORKER = RayIndexConfig(
+    workers=1, range_tokens=8 * CTX
+)  # each actor start imports torch + sae_lens (~13 s CPU)
 
 pytestmark = pytest.mark.slow
 
@@ -129,7 +132,7 @@ DRIVER = """
 import logging, sys
 sys.path.insert(0, sys.argv[1])
 logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(name)s %(message)s")
-from tests.sae.test_ray_index import CONFIG, CTX, HOOK, RAY, WINDOWS, make_sae
+from tests.sae.test_ray_index import CONFIG, CTX, HOOK, ONE_WORKER, WINDOWS, make_sae
 from sae_workbench.corpus import resolve_corpus
 from sae_workbench.models import load_model
 from sae_workbench.raycluster import RayConfig
@@ -137,7 +140,7 @@ from sae_workbench.sae.ray_index import index_sae_ray
 from sae_workbench.store import Store
 ray = RayConfig(address=sys.argv[4])
 index_sae_ray(Store.open(sys.argv[2]), load_model("tiny"), make_sae(), HOOK, resolve_corpus(sys.argv[3]), WINDOWS * CTX,
-              CONFIG, RAY, ray_config=ray)
+              CONFIG, ONE_WORKER, ray_config=ray)
 print("DRIVER DONE", flush=True)
 """
 
@@ -178,10 +181,34 @@ def test_sigkilled_driver_then_rerun_commits_every_range_once(
         Path(acts_file).parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(garbage, acts_file)
     result = index_sae_ray(
-        store, tiny_model, sae, HOOK, resolve_corpus(str(corpus_file)), WINDOWS * CTX, CONFIG, RAY,
+        store, tiny_model, sae, HOOK, resolve_corpus(str(corpus_file)), WINDOWS * CTX, CONFIG, ONE_WORKER,
         ray_config=RayConfig(address=address),
     )  # fmt: skip
     assert result.new_windows == WINDOWS - sum(r.end - r.start for r in committed)
     assert_each_range_once(store, record.sae_id)
     assert_same_index(store, local_store)
     assert not any((tmp_path / "staging").rglob("*.parquet"))
+
+
+def test_index_cli_backend_ray(ray_cluster, corpus_file: Path, local_store: Store, tmp_path: Path) -> None:
+    """`workbench index --backend ray` (the actor loads the SAE from its folder) stores what the local backend does."""
+    from typer.testing import CliRunner
+
+    from sae_workbench import cli
+    from sae_workbench.sae.io import save_sae
+
+    sae_dir = save_sae(make_sae(), tmp_path / "sae")
+    store_path = tmp_path / "store.duckdb"
+    cli._register_stage_commands()  # pyright: ignore[reportPrivateUsage]
+    args = ["index", "--store", str(store_path), "--sae", str(sae_dir), "--model", "tiny", "--hook", HOOK,
+            "--corpus", str(corpus_file), "--tokens", str(WINDOWS * CTX), "--context-size", str(CTX),
+            "--batch-size", str(BATCH), "--backend", "ray", "--workers", "1"]  # fmt: skip
+    result = CliRunner().invoke(cli.app, args)
+    assert result.exit_code == 0, result.output
+    assert f"{WINDOWS} new windows" in result.output
+    store = Store.open(store_path)
+    [record] = store.list_saes()
+    assert store.activation_count(record.sae_id) == local_store.activation_count(
+        local_store.list_saes()[0].sae_id
+    )
+    assert store.index_ranges(record.sae_id)  # committed through the ledger, not the local loop

@@ -6,6 +6,7 @@
 Without --hook the SAE is applied to the hook its cfg records (`metadata.hook_name`), else the default hook.
 
 Rerunning resumes a killed run; rerunning a finished one adds nothing; a larger --tokens extends the index.
+`--backend ray [--ray-address ADDR]` runs the forward passes on Ray actors (sae/ray_index.py) with the same result.
 """
 
 from __future__ import annotations
@@ -33,8 +34,16 @@ def index(
     device: options.Device = defaults.DEFAULT_DEVICE,
     force_model: options.ForceModel = False,
     progress: options.Progress = True,
+    backend: options.Backend = defaults.DEFAULT_BACKEND,
+    ray_address: options.RayAddress = None,
+    workers: int | None = typer.Option(
+        None, help="--backend ray: indexer actors (default: one per GPU on cuda, else one per CPU)."
+    ),
 ) -> None:
     """Run the model + SAE over a corpus and store sparse activations, windows and per-feature statistics."""
+    from sae_workbench.raycluster import check_backend
+
+    check_backend(backend)
     step = options.step_lines(progress)
     step(f"loading SAE {sae}")
     from sae_workbench.corpus import resolve_corpus
@@ -71,18 +80,32 @@ def index(
     # index_sae checks the hook and window size against the model and the SAE (once), and reads the SAE's id back
     # from its training record when the folder has one.
     step(f"indexing {tokens:,} tokens of {corpus} into {store}, then feature statistics")
-    result = index_sae(
-        Store.open(store),
-        loaded_model,
-        loaded_sae,
-        hook,
-        resolve_corpus(corpus),
-        tokens,
-        cfg,
-        model_name=model,
-        sae_path=str(sae_dir.resolve()) if sae_dir.exists() else sae,
-        sae_metrics=read_metrics(sae_dir) if sae_dir.is_dir() else None,
-    )
+    run_options = {
+        "model_name": model,
+        "sae_path": str(sae_dir.resolve()) if sae_dir.exists() else sae,
+        "sae_metrics": read_metrics(sae_dir) if sae_dir.is_dir() else None,
+    }
+    opened, corpus_ = Store.open(store), resolve_corpus(corpus)
+    if backend == "ray":
+        from sae_workbench.raycluster import RayConfig
+        from sae_workbench.sae.ray_index import RayIndexConfig, index_sae_ray
+
+        ray_index = RayIndexConfig(workers=workers, device=device)
+        ray_config = RayConfig(address=ray_address)
+        result = index_sae_ray(
+            opened,
+            loaded_model,
+            loaded_sae,
+            hook,
+            corpus_,
+            tokens,
+            cfg,
+            ray_index,
+            ray_config=ray_config,
+            **run_options,
+        )
+    else:
+        result = index_sae(opened, loaded_model, loaded_sae, hook, corpus_, tokens, cfg, **run_options)
     typer.echo(
         f"sae {result.sae_id}: {result.new_windows} new windows, {result.new_rows:,} activation rows "
         f"({result.tokens_per_s:,.0f} tok/s) → {store}"
