@@ -30,7 +30,7 @@ import time
 from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
@@ -99,6 +99,28 @@ class _Inputs:
     """Time the reads took."""
 
 
+class RemoteExplainer(Protocol):
+    """Where live features are explained when not in this process (`explainers.ray_workers.RayExplainBackend`): the
+    job still reads each feature's inputs, builds and writes its record, and owns the LLM response cache."""
+
+    async def start(self, job: ExplainJob, n_features: int) -> None:
+        """Start the workers for `n_features` pending features of `job` (after its explainer's `prepare`)."""
+        ...
+
+    async def explain(self, feature: int, peak: float, data: Any) -> tuple[Explanation, Usage, list[Any]]:
+        """One live feature's explanation, its LLM usage and the new LLM cache entries (key, model, text, prompt
+        tokens, completion tokens) its calls made."""
+        ...
+
+    def concurrency(self) -> int:
+        """Features to keep in flight so every worker stays busy."""
+        ...
+
+    async def stop(self) -> None:
+        """Stop the workers (in-flight work is lost; nothing of it was written)."""
+        ...
+
+
 @dataclass(frozen=True)
 class JobSummary:
     """What a job did."""
@@ -136,13 +158,15 @@ class ExplainJob:
         use_cache: bool = True,
         batch_size: int = 64,
         flush_s: float = 1.0,
+        remote: RemoteExplainer | None = None,
     ) -> None:
         """Set up; `llm=None` runs the explainer's offline variant (an error for those without one).
 
         `use_cache=False` skips the store's LLM response cache (benchmarks; forcing fresh samples). Finished
         features are written in one transaction per `batch_size` features or per `flush_s` seconds, whichever
         comes first, and always before the lease lets other processes in (a commit costs ~10 ms; a kill loses at
-        most `flush_s` of finished work).
+        most `flush_s` of finished work). `remote` explains live features elsewhere (`--backend ray`); this
+        process still reads their inputs and is the only writer of the store.
         """
         method = _explainer(explainer)
         if llm is None and method.requires_llm:
@@ -158,6 +182,8 @@ class ExplainJob:
         self.use_cache = use_cache
         self.batch_size = max(1, batch_size)
         self.flush_s = flush_s
+        self.remote = remote
+        self._cache: Any = None  # the run's StoreCache (write-behind), when it uses one
         self.ledger = UsageLedger()
         progress_row = store.index_progress(sae_id)
         if progress_row is None:
@@ -199,10 +225,16 @@ class ExplainJob:
             from sae_workbench.llm.client import LLMClient
 
             cache = StoreCache(self.store, write_behind=True) if self.use_cache else None
-            client = LLMClient(self.llm, cache=cache, ledger=self.ledger, env=self.env)
+            if self.remote is None:
+                client = LLMClient(self.llm, cache=cache, ledger=self.ledger, env=self.env)
+        self._cache = cache
+        concurrency = self.concurrency
+        if self.remote is not None and todo:
+            await self.remote.start(self, len(todo))
+            concurrency = max(concurrency, self.remote.concurrency())
         ids: dict[int, int] = {}
         dead = 0
-        sem = asyncio.Semaphore(self.concurrency)
+        sem = asyncio.Semaphore(concurrency)
         bar = tqdm(total=len(todo), desc=f"explain ({self.explainer.name})", disable=not self.progress)
 
         finished: list[ExplanationRecord] = []  # done, not yet handed to the store thread
@@ -232,7 +264,7 @@ class ExplainJob:
             last_flush = time.monotonic()
             settle(wait=False)
 
-        ahead = asyncio.Semaphore(self.concurrency + READ_AHEAD)
+        ahead = asyncio.Semaphore(concurrency + READ_AHEAD)
 
         async def one(feature: int) -> None:
             nonlocal dead
@@ -287,6 +319,8 @@ class ExplainJob:
                 bar.close()
             if client is not None:
                 await client.aclose()
+            if self.remote is not None and todo:
+                await self.remote.stop()
         return JobSummary(len(feats), len(feats) - len(todo), len(ids) - dead, dead,
                           time.perf_counter() - t0, self.ledger.total, ids)  # fmt: skip
 
@@ -309,11 +343,18 @@ class ExplainJob:
         """Explain one feature from its inputs (or record it as dead) and build its store record."""
         t0 = time.perf_counter()
         tag = f"feature:{feature}"
-        method, with_llm = self.explainer, client is not None
+        method, with_llm = self.explainer, self.llm is not None
         status = Status.OK
         if inputs.peak <= 0:
             status = Status.DEAD
             out = Explanation("", None, [], [], {"reason": "no activations in the indexed corpus"})
+        elif self.remote is not None:
+            out, usage, entries = await self.remote.explain(feature, inputs.peak, inputs.data)
+            self.ledger.record(tag, usage)
+            if self._cache is not None:  # written by the next flush, before this feature's record
+                for key, model, text, prompt_tokens, completion_tokens in entries:
+                    self._cache.put(key, model, text, prompt_tokens, completion_tokens)
+            out.extra["global_max"] = inputs.peak
         else:
             ctx = ExplainContext(feature, inputs.peak, client, tag, self.lease.paused)
             out = await method.explain(inputs.data, ctx)

@@ -68,13 +68,13 @@ def planted_corpus(folder: Path, per_source: int = 25, want: dict[str, int] | No
 
 
 def build_planted_store(
-    folder: Path, tokenizer, want: dict[str, int] | None = None, plant: Plant = default_plant
+    folder: Path, tokenizer, want: dict[str, int] | None = None, plant: Plant = default_plant, d_sae: int = 5
 ) -> Store:
     """Index the planted features (`plant`, default: the module docstring's) over a small corpus (documents per
-    source: `want`) into a fresh store."""
+    source: `want`) into a fresh store; the SAE is registered `d_sae` features wide."""
     corpus = resolve_corpus(str(planted_corpus(folder, want=want)))
     store = Store.open(folder / "store.duckdb")
-    store.register_sae(PLANTED_SAE, "tiny", "blocks.1.hook_resid_post", 64, 5, {"planted": True})
+    store.register_sae(PLANTED_SAE, "tiny", "blocks.1.hook_resid_post", 64, d_sae, {"planted": True})
     store.start_index(PLANTED_SAE, corpus.name, CONTEXT, None, {"planted": True})
     rows: dict[str, list] = {"feature": [], "window_id": [], "position": [], "value": []}
     batches = list(iter_windows(corpus, tokenizer, CONTEXT, batch_size=4096))

@@ -4,6 +4,8 @@
     workbench explain --store S --sae ID --explainer tree --features all --llm-model gpt-4o-mini
     workbench explain --store S --sae ID --explainer oneshot --features 0-9 \\
         --llm-model qwen2.5 --llm-base-url http://localhost:8000/v1 --api-key-env MY_KEY --concurrency 32
+    workbench explain --store S --sae ID --explainer oneshot --features all --llm-model M \\
+        --backend ray --ray-workers 8 --llm-qps 50            # Ray workers, one global rate limit, same rows
 """
 
 from __future__ import annotations
@@ -45,12 +47,18 @@ def explain(
         help="PRISM: sentence-transformers model embedding the texts (default: the preset's; 'default' uses "
         "all-MiniLM-L6-v2 offline in place of the paper's Alibaba-NLP/gte-Qwen2-1.5B-instruct).",
     ),
+    backend: options.Backend = defaults.DEFAULT_BACKEND,
+    ray_address: options.RayAddress = None,
+    ray_workers: options.RayWorkers = None,
+    llm_qps: options.LlmQps = None,
 ) -> None:
     """Explain features with the lexical (offline), one-shot, tree or PRISM explainer; rerun to resume."""
     from sae_workbench.explainers.job import ExplainConfig, ExplainJob
     from sae_workbench.llm.config import LLMNotConfiguredError, endpoint_status
+    from sae_workbench.raycluster import RayConfig, check_backend
     from sae_workbench.store import Store
 
+    check_backend(backend)
     status = endpoint_status(
         llm_model or None, llm_base_url or None, api_key_env=api_key_env, concurrency=max(1, concurrency)
     )
@@ -75,7 +83,12 @@ def explain(
         name, negatives=negatives, seed=seed, rule_cap=rule_cap, record_len=record_len, preset=preset,
         embedding_model=embedding_model,
     )  # fmt: skip
-    job = ExplainJob(st, sae, config, status.config, concurrency=concurrency)
+    remote = None
+    if backend == "ray":
+        from sae_workbench.explainers.ray_workers import RayExplainBackend
+
+        remote = RayExplainBackend(ray_workers, qps=llm_qps, ray_config=RayConfig(address=ray_address))
+    job = ExplainJob(st, sae, config, status.config, concurrency=concurrency, remote=remote)
     summary = job.run(options.parse_features(features, sae_row.d_sae))
     typer.echo(
         f"explain {name}: {summary.explained} explained, {summary.dead} dead, {summary.skipped} already stored "

@@ -14,6 +14,7 @@ or provenance: only the name of its environment variable does.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import json
 import logging
@@ -213,12 +214,15 @@ class LLMClient:
         cache: ResponseCache | None = None,
         ledger: UsageLedger | None = None,
         env: Mapping[str, str] | None = None,
+        gate: Callable[[], contextlib.AbstractAsyncContextManager[object]] | None = None,
     ) -> None:
-        """Check that a key is available (without keeping it) and set up accounting."""
+        """Check that a key is available (without keeping it) and set up accounting. `gate`, when given, is entered
+        around every HTTP attempt (a rate limit shared by several processes, e.g. the Ray workers' limiter)."""
         self.config = config
         self.cache = cache
         self.ledger = ledger if ledger is not None else UsageLedger()
         self._env = env
+        self._gate = gate or contextlib.nullcontext
         if read_api_key(config, env) is None:
             raise LLMNotConfiguredError(
                 f"${config.api_key_env} is not set and {config.model!r} targets the public OpenAI API: "
@@ -293,7 +297,7 @@ class LLMClient:
             state = self._loop_state()
             retry_after: float | None = None
             try:
-                async with state.semaphore:
+                async with state.semaphore, self._gate():
                     # The client's generic POST with a raw response: the same request, auth, timeouts and typed
                     # errors as `chat.completions.create`, without its per-call walk over the request's TypedDicts
                     # and the pydantic model of the answer (~2 ms per call; bench/NOTES.md).
