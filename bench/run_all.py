@@ -157,6 +157,15 @@ BENCHES: tuple[Bench, ...] = (
         "figure at 10M rows, no target.",
         timeout_s=900,
     ),
+    Bench(
+        "ray_explain", "Explain on Ray: 1 and 2 local workers vs the local backend", _m("bench.ray_explain_bench"),
+        ("--features", "96"), ("--features", "16"),
+        meaning="Wall time of the same explain job (lexical offline; one-shot against the scripted server at 0.2 s "
+        "per call, 8 calls in flight: the local limit and the Ray workers' global one) on the local backend and on "
+        "a local Ray cluster with 1 and 2 workers, same run; ratio = local wall / row wall. Also the Ray overhead at "
+        "this size (cluster start, a 1-feature run on fresh workers). Issue 20 asks for the figure, no target.",
+        timeout_s=1200,
+    ),
 )  # fmt: skip
 
 
