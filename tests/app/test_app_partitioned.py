@@ -1,4 +1,5 @@
-"""The app on a graduated store (activations in partitioned Parquet): the feature dashboard renders the same page."""
+"""The app on a graduated store (activations and windows in partitioned Parquet): the feature dashboard renders the
+same page."""
 
 import shutil
 from pathlib import Path
@@ -18,10 +19,11 @@ def test_feature_page_is_the_same_from_a_partitioned_store(
     sample = app_sample_store
     path = tmp_path / "parted.duckdb"
     shutil.copy(sample.path, path)
-    (report,) = Store.open(path).graduate(str(tmp_path / "root"))
-    assert report.n_rows > 0 and report.n_buckets >= 1
+    reports = Store.open(path).graduate(str(tmp_path / "root"))
+    assert [r.kind for r in reports] == ["activations", "windows"] and all(r.n_rows > 0 for r in reports)
     con = duckdb.connect(str(path), read_only=True)
-    assert con.execute("SELECT count(*) FROM activations").fetchall() == [(0,)]  # only the Parquet can answer
+    for table in ("activations", "windows"):  # only the Parquet can answer
+        assert con.execute(f"SELECT count(*) FROM {table}").fetchall() == [(0,)]
     con.close()
     pages = []
     for store in (sample.path, path):

@@ -1,5 +1,6 @@
-"""The partitioned data plane: a graduated store answers every per-feature read exactly like the single file, reads
-open only the asked feature's bucket, and `graduate` is crash-safe (rerun after a crash at any step: rows once)."""
+"""The partitioned data plane: a graduated store answers every per-feature and window read exactly like the single
+file, reads open only the asked feature's bucket (window chunk), and `graduate` is crash-safe (rerun after a crash at
+any step: rows once)."""
 
 import shutil
 from pathlib import Path
@@ -12,7 +13,14 @@ import pytest
 
 from sae_workbench.examples.sampling import quantile_examples, random_examples, random_negatives
 from sae_workbench.store import Store, StoreError
-from sae_workbench.store.partitioned import activations_dir, activations_relation, bucket_of, part_name
+from sae_workbench.store.partitioned import (
+    activations_dir,
+    activations_relation,
+    bucket_of,
+    part_name,
+    windows_dir,
+    windows_relation,
+)
 
 FEATURES = [0, 1, 2, 255, 256, 300, 301, 700]
 """Features of the fixture: three buckets (0, 1, 2), bucket edges 255/256 included."""
@@ -57,8 +65,9 @@ def pair(tmp_path: Path) -> tuple[Store, Store, Path]:
     shutil.copy(single.path, tmp_path / "parted.duckdb")
     parted = Store.open(tmp_path / "parted.duckdb")
     root = tmp_path / "root"
-    (report,) = parted.graduate(str(root))
-    assert (report.n_rows, report.n_buckets, report.already) == (single.activation_count("sae"), 3, False)
+    reports = [(r.kind, r.key, r.n_rows, r.n_buckets, r.already) for r in parted.graduate(str(root))]
+    n = single.activation_count("sae")
+    assert reports == [("activations", "sae", n, 3, False), ("windows", "c", N_WINDOWS, 1, False)]
     return single, parted, root
 
 
@@ -79,19 +88,39 @@ def _reads(s: Store, feature: int) -> list:
     ]
 
 
+def _window_reads(s: Store) -> list:
+    """Every window read of the store, as comparable values."""
+    ids = [49, 0, 7, 7]
+    return [
+        [(w.window_id, w.tokens.tolist(), w.text, w.token_strings, w.source, w.offset, w.mask.tolist())
+         for w in s.get_windows("c", ids)],
+        {k: (v[0], v[1].tolist()) for k, v in s.window_tokens("c", ids).items()},
+        s.window_texts("c", ids),
+        s.window_ids("c").tolist(),
+        s.indexed_window_ids("sae").tolist(),
+        s.windows_missing_embeddings("c", "some-model").tolist(),
+    ]  # fmt: skip
+
+
 def test_every_per_feature_read_is_identical_on_both_layouts(pair, monkeypatch) -> None:
     from sae_workbench.store import feature_rows
 
     single, parted, _ = pair
     assert single.activations_root("sae") is None and parted.activations_root("sae") is not None
     con = duckdb.connect(str(parted.path), read_only=True)
-    assert con.execute("SELECT count(*) FROM activations").fetchall() == [
-        (0,)
-    ]  # moved out of the file, not copied
+    for table in ("activations", "windows"):  # moved out of the file, not copied
+        assert con.execute(f"SELECT count(*) FROM {table}").fetchall() == [(0,)]
     con.close()
+    assert parted.windows_root("c") is not None and _window_reads(parted) == _window_reads(single)
+    with parted.session():
+        assert _window_reads(parted) == _window_reads(single)
     # Your own SQL's `activations` still names every row (a view over the file and the Parquet, for that query only).
     sql = "SELECT feature, count(*) AS n, max(value) AS m FROM activations WHERE sae_id = 'sae' GROUP BY 1 ORDER BY 1"
     assert parted.query(sql).equals(single.query(sql)) and parted.query(sql).num_rows == len(FEATURES)
+    sql = "SELECT corpus, count(*) AS n, sum(len(text)) AS chars, max(window_id) AS last FROM windows GROUP BY 1"
+    assert (
+        parted.query(sql).equals(single.query(sql)) and parted.query(sql).column("n")[0].as_py() == N_WINDOWS
+    )
     for feature in FEATURES + ABSENT:
         reference = _reads(single, feature)
         assert _reads(parted, feature) == reference, feature
@@ -150,14 +179,44 @@ def test_a_read_opens_only_its_bucket(pair) -> None:
         )
 
 
+@pytest.fixture()
+def small_chunks(monkeypatch) -> None:
+    """Windows in chunks of 16 (so the fixture's 50 windows span 4 chunk files)."""
+    from sae_workbench.store import graduate, partitioned
+
+    monkeypatch.setattr(partitioned, "WINDOW_CHUNK", 16)
+    monkeypatch.setattr(graduate, "WINDOW_CHUNK", 16)
+
+
+def test_window_reads_by_id_open_only_their_chunks(pair, small_chunks, tmp_path: Path) -> None:
+    single = pair[0]
+    shutil.copy(single.path, tmp_path / "chunked.duckdb")
+    s = Store.open(tmp_path / "chunked.duckdb")
+    root = str(tmp_path / "chunked")
+    assert [r.n_buckets for r in s.graduate(root)] == [3, 4]
+    plan = s.query(
+        f"EXPLAIN ANALYZE SELECT text FROM {windows_relation(root, 'c')} WHERE chunk IN (1) AND window_id IN (20)"
+    )
+    text = "\n".join(str(x) for x in plan.column(1).to_pylist())
+    assert "Scanning Files: 1/4" in text and "chunk=00001" in text
+    reference = _window_reads(single)
+    assert _window_reads(s) == reference
+    shutil.rmtree(windows_dir(root, "c", 2))  # windows 32..47: no read below asks for them by id
+    assert s.get_windows("c", [49, 0, 7, 20]) and s.window_texts("c", [49, 0, 7]) == reference[2][:3]
+
+
+@pytest.mark.parametrize("kind", ["activations", "windows"])
 @pytest.mark.parametrize("crash_after", ["plan", "stage", "place_one", "place", "commit"])
-def test_graduate_after_a_crash_finishes_and_counts_every_row_once(tmp_path: Path, crash_after: str) -> None:
+def test_graduate_after_a_crash_finishes_and_counts_every_row_once(
+    tmp_path: Path, crash_after: str, kind: str, small_chunks
+) -> None:
     single = _build(tmp_path / "single.duckdb")
     shutil.copy(single.path, tmp_path / "parted.duckdb")
     s = Store.open(tmp_path / "parted.duckdb")
     root = str(tmp_path / "root")
+    key = "sae" if kind == "activations" else "c"
     # The state on disk a crash after each step leaves (the steps are the ones `graduate` runs, in its order).
-    plan = s._graduation_plan("sae", root)
+    plan = s._graduation_plan(kind, key, root)  # type: ignore[arg-type]
     if crash_after != "plan":
         s._stage_buckets(plan)
     if crash_after == "place_one":
@@ -170,17 +229,22 @@ def test_graduate_after_a_crash_finishes_and_counts_every_row_once(tmp_path: Pat
         s._commit_graduation(plan)
     # Before the commit the table still answers, with every row; after it the Parquet does.
     assert s.activation_count("sae") == single.activation_count("sae")
-    assert _reads(s, 300) == _reads(single, 300)
-    (report,) = s.graduate(root)
-    assert report.already == (crash_after == "commit")
-    assert s.activation_count("sae") == single.activation_count("sae") == report.n_rows
+    assert _reads(s, 300) == _reads(single, 300) and _window_reads(s) == _window_reads(single)
+    reports = {r.kind: r for r in s.graduate(root)}
+    assert reports[kind].already == (crash_after == "commit")
+    assert s.activation_count("sae") == single.activation_count("sae") == reports["activations"].n_rows
+    assert reports["windows"].n_rows == N_WINDOWS
     files = sorted(Path(root, "activations").rglob("*.parquet"))
     assert [f.parent.name for f in files] == ["fb=00000", "fb=00001", "fb=00002"]
-    assert sum(pq.read_metadata(f).num_rows for f in files) == report.n_rows
+    assert sum(pq.read_metadata(f).num_rows for f in files) == reports["activations"].n_rows
+    files = sorted(Path(root, "windows").rglob("*.parquet"))
+    assert [f.parent.name for f in files] == [f"chunk={c:05d}" for c in range(4)]
+    assert sum(pq.read_metadata(f).num_rows for f in files) == N_WINDOWS
     assert not Path(root, "staging").exists() or not any(Path(root, "staging").iterdir())
-    for feature in FEATURES:
+    for feature in (2, 300, 700):  # one per bucket (every feature: the equivalence test above)
         assert _reads(s, feature) == _reads(single, feature)
-    assert s.graduate(root)[0].already  # a third run changes nothing
+    assert _window_reads(s) == _window_reads(single)
+    assert all(r.already for r in s.graduate(root))  # a third run changes nothing
 
 
 def test_graduate_replaces_stray_files_and_refuses_what_it_cannot_do(pair, tmp_path: Path) -> None:
@@ -202,3 +266,7 @@ def test_graduate_replaces_stray_files_and_refuses_what_it_cannot_do(pair, tmp_p
     )
     with pytest.raises(StoreError, match="moved to Parquet"):
         again.finalize_index("sae")
+    # Nor can new windows join a graduated corpus.
+    with pytest.raises(StoreError, match="moved to Parquet"):
+        again.add_windows("c", np.array([99]), np.ones((1, T), np.int32), np.ones((1, T), bool), ["x"],
+                          [["x"] * T], ["s"], np.zeros(1, np.int64))  # fmt: skip

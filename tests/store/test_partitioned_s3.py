@@ -55,8 +55,10 @@ def test_graduate_command_to_the_default_local_root_and_again(app, tmp_path: Pat
     first = runner.invoke(app, ["graduate", "--store", str(path)])
     assert first.exit_code == 0, first.output
     n = single.activation_count("sae")
-    assert f"sae: {n:,} rows in 3 buckets -> {default_root(path)}" in first.output
+    assert f"activations of SAE sae: {n:,} rows in 3 files -> {default_root(path)}" in first.output
+    assert f"windows of corpus c: 50 rows in 1 files -> {default_root(path)}" in first.output
     assert len(list((default_root(path) / "activations").rglob("*.parquet"))) == 3
+    assert len(list((default_root(path) / "windows").rglob("*.parquet"))) == 1
     again = runner.invoke(app, ["graduate", "--store", str(path)])
     assert again.exit_code == 0 and "already under" in again.output
     parted = Store.open(path, read_only=True)
@@ -75,9 +77,12 @@ def test_same_reads_from_an_s3_root_as_from_a_local_one(app, s3: str, tmp_path: 
     )
     assert result.exit_code == 0, result.output
     keys = sorted(filesystem("s3://wbk").find("wbk/runs/store"))
-    assert len(keys) == 3 and all("/activations/sae_id=sae/fb=0000" in k for k in keys)  # staging removed
+    assert len(keys) == 4 and keys[-1].endswith(
+        "/windows/corpus=c/chunk=00000/" + keys[-1].rsplit("/", 1)[-1]
+    )
+    assert all("/activations/sae_id=sae/fb=0000" in k for k in keys[:3])  # and the staging folder is gone
     on_s3, on_disk = Store.open(remote, read_only=True), Store.open(local, read_only=True)
-    assert on_s3.activations_root("sae") == "s3://wbk/runs/store"
+    assert on_s3.activations_root("sae") == on_s3.windows_root("c") == "s3://wbk/runs/store"
     for feature in FEATURES + ABSENT:
         assert on_s3.top_examples("sae", feature, 20) == on_disk.top_examples("sae", feature, 20)
     for feature in (

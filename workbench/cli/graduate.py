@@ -1,4 +1,5 @@
-"""`workbench graduate`: move a store's sparse activations out of the DuckDB file into feature-partitioned Parquet.
+"""`workbench graduate`: move a store's sparse activations (feature-partitioned) and its windows (chunked by window id)
+out of the DuckDB file into hive-partitioned Parquet.
 
     workbench graduate --store runs/store.duckdb                          # -> runs/store-data/activations/...
     workbench graduate --store runs/store.duckdb --root s3://bucket/wb --endpoint-url http://127.0.0.1:9000
@@ -35,7 +36,10 @@ def graduate(
     sae: list[str] | None = typer.Option(
         None,
         "--sae-id",
-        help="Graduate only this SAE id (repeatable; default: every SAE with rows in the file).",
+        help="Graduate only this SAE id and its corpus's windows (repeatable; default: every SAE in the file).",
+    ),
+    windows: bool = typer.Option(
+        True, "--windows/--no-windows", help="Also move the indexed corpora's windows."
     ),
     endpoint_url: str | None = typer.Option(
         None,
@@ -43,17 +47,18 @@ def graduate(
         help="S3 endpoint (MinIO, moto, other S3-compatible stores); sets AWS_ENDPOINT_URL.",
     ),
 ) -> None:
-    """Move activations from the store file to hive-partitioned Parquet (feature buckets of 256), crash-safely."""
+    """Move activations (feature buckets of 256) and windows from the store file to Parquet, crash-safely."""
     from sae_workbench.store import Store
 
     if endpoint_url:
         os.environ["AWS_ENDPOINT_URL"] = endpoint_url
     target = root if root is not None else str(default_root(store))
-    reports = Store.open(store).graduate(target, sae or None)
+    reports = Store.open(store).graduate(target, sae or None, windows=windows)
     if not reports:
         typer.echo(f"nothing to graduate in {store}: no SAE has activation rows in the file.")
     for r in reports:
+        what = f"activations of SAE {r.key}" if r.kind == "activations" else f"windows of corpus {r.key}"
         if r.already:
-            typer.echo(f"{r.sae_id}: already under {r.root} ({r.n_rows:,} rows); leftovers cleaned")
+            typer.echo(f"{what}: already under {r.root} ({r.n_rows:,} rows); leftovers cleaned")
         else:
-            typer.echo(f"{r.sae_id}: {r.n_rows:,} rows in {r.n_buckets} buckets -> {r.root}")
+            typer.echo(f"{what}: {r.n_rows:,} rows in {r.n_buckets} files -> {r.root}")

@@ -26,7 +26,7 @@ Schema: append-only numbered migrations (`migrations.py`) recorded in `schema_mi
 version raises `SchemaVersionError`, an unreadable file `StoreCorruptError`.
 
 Tables: saes, windows, index_runs, activations_staging, activations (sparse: sae_id, feature, window_id, position,
-value; sorted by feature after indexing; empty for a partitioned SAE), activation_partitions (the Parquet ledger), feature_stats, feature_neighbours, window_vectors (float32 blobs),
+value; sorted by feature after indexing; empty for a partitioned SAE), activation_partitions and window_partitions (the Parquet ledgers), feature_stats, feature_neighbours, window_vectors (float32 blobs),
 explanations (status), scores (status, score_key UNIQUE), evals, llm_cache, samples, schema_migrations.
 
 Public API of `Store` (records are frozen dataclasses from `sae_workbench.store.records`; statuses are
@@ -91,11 +91,12 @@ Public API of `Store` (records are frozen dataclasses from `sae_workbench.store.
   query(sql, params=None) -> pa.Table   (one SELECT / WITH / DESCRIBE / SHOW / SUMMARIZE / EXPLAIN; else
   QueryNotAllowedError) — the CLI's `workbench sql --store S "SELECT ..."`
 
-  Partitioned activations (partitioned.py, graduate.py: an SAE's rows as hive-partitioned Parquet under a root,
-  local or s3://, fb = feature // 256; every read above answers the same on either layout)
-  graduate(root, sae_ids=None) -> list[GraduationReport]   (crash-safe; rerun finishes an interrupted run)
-  activations_root(sae_id) -> str | None;  partitioned_saes() -> {sae_id: root}
-  record_partitioned(sae_id, root, n_rows, part) -> None   (the ledger row, for writers of the layout)
+  Partitioned data plane (partitioned.py, graduate.py: an SAE's activations, fb = feature // 256, and a corpus's
+  windows, chunk = window_id // 65536, as hive-partitioned Parquet under a root, local or s3://; every read above
+  answers the same on either layout)
+  graduate(root, sae_ids=None, *, windows=True) -> list[GraduationReport]   (crash-safe; a rerun finishes the job)
+  activations_root(sae_id) / windows_root(corpus) -> str | None;  partitioned_saes() / partitioned_corpora() -> dict
+  record_partitioned(sae_id, root, n_rows, part) / record_windows_partitioned(corpus, ...) -> None   (ledger rows)
 
   Export / import
   export_parquet(folder) -> list[Path];  import_parquet(folder) -> list[str]

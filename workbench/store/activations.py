@@ -117,7 +117,8 @@ class Activations(Indexing):
                 "WITH s AS (SELECT window_id, coalesce(sum(value) FILTER (WHERE position > 0), 0) AS total "
                 f"FROM {acts} WHERE sae_id = ? AND feature = ?{fb} GROUP BY window_id) "
                 "SELECT s.window_id, s.total, len(list_filter(w.mask[2:], lambda x: x)) AS n FROM s "
-                "JOIN windows w ON w.corpus = ? AND w.window_id = s.window_id ORDER BY s.window_id",
+                f"JOIN {self._windows_sql(progress.corpus)} w ON w.corpus = ? AND w.window_id = s.window_id "
+                "ORDER BY s.window_id",
                 [sae_id, int(feature), progress.corpus],
             )
         n = cols["n"].astype(np.float64)
@@ -126,10 +127,11 @@ class Activations(Indexing):
 
     def _read_token_counts(self, progress: IndexProgress) -> tuple[np.ndarray, np.ndarray]:
         """(window ids ascending, tokens per window without BOS and padding) over the indexed windows."""
+        windows = self._windows_sql(progress.corpus)
         with self._conn() as conn:
             cols = numpy_columns(
                 conn,
-                "SELECT window_id, len(list_filter(mask[2:], lambda x: x)) AS n FROM windows "
+                f"SELECT window_id, len(list_filter(mask[2:], lambda x: x)) AS n FROM {windows} "
                 "WHERE corpus = ? AND window_id < ? ORDER BY window_id",
                 [progress.corpus, progress.next_window],
             )

@@ -14,7 +14,7 @@ import duckdb
 import numpy as np
 
 from sae_workbench.store import vectors
-from sae_workbench.store.base import StoreBase
+from sae_workbench.store.partitioned import Partitions
 from sae_workbench.store.records import WindowEmbeddings
 from sae_workbench.store.sql import arrow, count, first, insert_arrow, pa
 
@@ -24,7 +24,7 @@ def embedding_key(model: str, crop: int | None) -> str:
     return model if crop is None else f"{model}@first{int(crop)}"
 
 
-class Embeddings(StoreBase):
+class Embeddings(Partitions):
     """The `window_vectors` table."""
 
     def add_window_embeddings(
@@ -94,10 +94,11 @@ class Embeddings(StoreBase):
 
     def windows_missing_embeddings(self, corpus: str, model: str) -> np.ndarray:
         """Ids of stored windows of `corpus` without an embedding by `model` (ascending)."""
+        windows = self._windows_sql(corpus)
         with self._conn() as conn:
             table = arrow(
                 conn,
-                "SELECT w.window_id FROM windows w ANTI JOIN window_vectors e "
+                f"SELECT w.window_id FROM {windows} w ANTI JOIN window_vectors e "
                 "ON e.corpus = w.corpus AND e.window_id = w.window_id AND e.model = ? "
                 "WHERE w.corpus = ? ORDER BY w.window_id",
                 [model, corpus],

@@ -1,34 +1,42 @@
-"""Graduating a single-file store: move an SAE's activation rows out of `store.duckdb` into the partitioned layout
-of `partitioned.py` (local root or s3://), crash-safely (`Store.graduate`, the CLI's `workbench graduate`).
+"""Graduating a single-file store: move activation rows (per SAE) and windows (per corpus) out of `store.duckdb` into
+the partitioned layout of `partitioned.py` (local root or s3://), crash-safely (`Store.graduate`, the CLI's
+`workbench graduate`).
 
-Per SAE, four steps, each one safe to repeat:
-  1. stage: every bucket (features f with f // 256 = fb) is COPYed from the `activations` table, sorted with its
-     rank, to `<root>/staging/graduate-<sae>-<part>/fb=<fb>/part-<part>.parquet`; a staged file whose footer row
-     count matches the table's bucket count is kept on a rerun, any other is rewritten.
-  2. place: each staged file moves to `<root>/activations/sae_id=<sae>/fb=<fb>/part-<part>.parquet` (a rename on a
-     local root); any other file under the SAE's folder is deleted first (a leftover of an earlier, different run).
-     Nothing reads that folder yet: readers follow the ledger, which still points at the table.
+Per SAE (activations, buckets fb = feature // 256) and then per corpus (windows, chunks = window_id // 65536), four
+steps, each one safe to repeat:
+  1. stage: every bucket/chunk is COPYed from its table (activations sorted with their rank, windows by id) to
+     `<root>/staging/graduate-<kind>-<key>-<part>/<partition>/part-<part>.parquet`; a staged (or already placed)
+     file whose footer row count matches the table's count is kept on a rerun, any other is rewritten.
+  2. place: each staged file moves to its final folder (`activations_dir` / `windows_dir`; a rename on a local
+     root); any other file under the SAE's (corpus's) folder is deleted first (a leftover of an earlier, different
+     run). Nothing reads that folder yet: readers follow the ledger, which still points at the table.
   3. commit: the row count of the placed files (footers) must equal the table's; then ONE transaction deletes the
-     SAE's rows from `activations` and writes its `activation_partitions` row. Before it, readers see the table;
-     after it, the Parquet. A crash anywhere before leaves the table intact and a rerun redoes what is missing.
+     rows from the table and writes the ledger row (`activation_partitions` / `window_partitions`). Before it,
+     readers see the table; after it, the Parquet. A crash anywhere before leaves the table intact, and a rerun
+     redoes what is missing.
   4. clean: the staging folder is removed (a crash here leaves only files nobody reads; a rerun removes them).
 
-`part` (8 hex digits) hashes the SAE id, its index settings and its row count, so a rerun names the same files and
-overwrites rather than duplicates them; a store re-indexed in between gets new names and the old files are deleted
-in step 2. The single file does not shrink by itself after the delete (DuckDB reuses the freed blocks); export and
-re-import it to reclaim the space.
+`part` (8 hex digits) hashes the key, its index settings (SAEs) and its row count, so a rerun names the same files
+and overwrites rather than duplicates them; a store re-indexed in between gets new names and the old files are
+deleted in step 2. A corpus is graduated only when no SAE indexing it is unfinished (its windows would be refused).
+The single file does not shrink by itself after the delete (DuckDB reuses the freed blocks); export and re-import it
+to reclaim the space.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from sae_workbench.store.errors import StoreError
 from sae_workbench.store.indexing import Indexing
 from sae_workbench.store.partitioned import (
     BUCKET_SIZE,
+    WINDOW_CHUNK,
+    WINDOW_FILE_COLUMNS,
     activations_dir,
     config_hash8,
+    corpus_dir,
     filesystem,
     fs_path,
     join,
@@ -37,167 +45,214 @@ from sae_workbench.store.partitioned import (
     parquet_rows,
     part_name,
     sae_dir,
-    sae_segment,
     staging_dir,
+    windows_dir,
     write_bucket,
+    write_window_chunk,
 )
 from sae_workbench.store.sql import count
+
+Kind = Literal["activations", "windows"]
 
 
 @dataclass(frozen=True)
 class GraduationPlan:
-    """What graduating one SAE writes: its buckets, their row counts and the file names."""
+    """What graduating one SAE's activations or one corpus's windows writes: partitions, row counts, file names."""
 
-    sae_id: str
+    kind: Kind
+    key: str
+    """The sae_id (activations) or the corpus (windows)."""
     root: str
     """Normalised root (absolute local path or s3:// URL)."""
     part: str
-    """8-hex hash naming the part files (SAE id, index settings, row count)."""
+    """8-hex hash naming the part files."""
     n_rows: int
-    """Rows of the SAE in the `activations` table."""
+    """Rows in the table."""
     buckets: dict[int, int]
-    """fb -> rows in that bucket."""
+    """partition (fb or chunk) -> rows in it."""
 
     @property
     def staging(self) -> str:
         """This graduation's staging folder."""
-        return staging_dir(self.root, f"graduate-{sae_segment(self.sae_id)[len('sae_id=') :]}-{self.part}")
+        return staging_dir(self.root, f"graduate-{self.kind}-{_segment(self.folder)}-{self.part}")
 
-    def staged_file(self, fb: int) -> str:
-        """Where bucket `fb` is written first."""
-        return join(self.staging, f"fb={fb:05d}", part_name(self.part))
+    @property
+    def folder(self) -> str:
+        """The folder holding every partition of the key."""
+        return sae_dir(self.root, self.key) if self.kind == "activations" else corpus_dir(self.root, self.key)
 
-    def final_file(self, fb: int) -> str:
-        """Where bucket `fb` is read from once committed."""
-        return join(activations_dir(self.root, self.sae_id, fb), part_name(self.part))
+    def staged_file(self, b: int) -> str:
+        """Where partition `b` is written first."""
+        return join(self.staging, f"{b:05d}", part_name(self.part))
+
+    def final_file(self, b: int) -> str:
+        """Where partition `b` is read from once committed."""
+        if self.kind == "activations":
+            return join(activations_dir(self.root, self.key, b), part_name(self.part))
+        return join(windows_dir(self.root, self.key, b), part_name(self.part))
 
 
 @dataclass(frozen=True)
 class GraduationReport:
-    """The outcome of graduating one SAE."""
+    """The outcome of graduating one SAE's activations or one corpus's windows."""
 
-    sae_id: str
+    kind: Kind
+    key: str
+    """The sae_id or the corpus."""
     root: str
     n_rows: int
     """Rows now read from Parquet."""
     n_buckets: int
-    """Bucket files written (0 when it was already graduated)."""
+    """Partition files written (0 when it was already graduated)."""
     already: bool
     """It was graduated by an earlier run (only leftovers were cleaned)."""
 
 
-class Graduation(Indexing):
-    """`graduate`: move activation rows from the store file to partitioned Parquet."""
+def _segment(folder: str) -> str:
+    """The last path segment's value (`sae_id=x` -> x), for staging names."""
+    return folder.rstrip("/").rsplit("/", 1)[-1].split("=", 1)[-1]
 
-    def graduate(self, root: str, sae_ids: list[str] | None = None) -> list[GraduationReport]:
-        """Move the activations of `sae_ids` (default: every SAE with rows in the file) to partitioned Parquet
-        under `root` (a folder or s3://bucket/prefix); idempotent and safe to rerun after a crash."""
+
+class Graduation(Indexing):
+    """`graduate`: move activation rows and windows from the store file to partitioned Parquet."""
+
+    def graduate(
+        self, root: str, sae_ids: list[str] | None = None, *, windows: bool = True
+    ) -> list[GraduationReport]:
+        """Move the activations of `sae_ids` (default: every SAE with rows in the file), then (with `windows`) the
+        windows of their corpora, to partitioned Parquet under `root` (a folder or s3://bucket/prefix); idempotent
+        and safe to rerun after a crash."""
         root = normalise_root(root)
         if sae_ids is None:
             with self._conn() as conn:
                 rows = conn.execute("SELECT DISTINCT sae_id FROM activations ORDER BY sae_id").fetchall()
-            sae_ids = sorted({str(r[0]) for r in rows} | set(self._partitioned_here(root)))
-        return [self._graduate_one(sae_id, root) for sae_id in sae_ids]
+            here = [s for s, r in self.partitioned_saes().items() if r == root]
+            sae_ids = sorted({str(r[0]) for r in rows} | set(here))
+        reports = [self._graduate_one("activations", sae_id, root) for sae_id in sae_ids]
+        if windows:
+            corpora = sorted({self._indexed(s).corpus for s in sae_ids})
+            reports += [self._graduate_one("windows", corpus, root) for corpus in corpora]
+        return reports
 
-    def _partitioned_here(self, root: str) -> list[str]:
-        """SAEs already committed under `root` (a rerun reports them and cleans their leftovers)."""
-        return [s for s, r in self.partitioned_saes().items() if r == root]
+    def _ledger_root(self, kind: Kind, key: str) -> str | None:
+        """Where the ledger says `key`'s rows live (None: in the table)."""
+        return self.activations_root(key) if kind == "activations" else self.windows_root(key)
 
-    def _graduate_one(self, sae_id: str, root: str) -> GraduationReport:
-        """Steps 1-4 of the module docstring for one SAE."""
-        done = self.activations_root(sae_id)
+    def _graduate_one(self, kind: Kind, key: str, root: str) -> GraduationReport:
+        """Steps 1-4 of the module docstring for one SAE or corpus."""
+        done = self._ledger_root(kind, key)
         if done is not None:
             if done != root:
-                raise StoreError(f"SAE {sae_id}'s activations already live under {done}, not {root}.")
-            self._clean_leftovers(sae_id, root)
+                raise StoreError(f"the {kind} of {key!r} already live under {done}, not {root}.")
+            self._clean_leftovers(kind, key, root)
+            ledger, column = _LEDGERS[kind]
             with self._conn() as conn:
-                n = count(conn.execute("SELECT n_rows FROM activation_partitions WHERE sae_id = ?", [sae_id]))
-            return GraduationReport(sae_id, root, n, 0, already=True)
-        plan = self._graduation_plan(sae_id, root)
+                n = count(conn.execute(f"SELECT n_rows FROM {ledger} WHERE {column} = ?", [key]))
+            return GraduationReport(kind, key, root, n, 0, already=True)
+        plan = self._graduation_plan(kind, key, root)
         self._stage_buckets(plan)
         self._place_buckets(plan)
         self._commit_graduation(plan)
         _remove(plan.staging)
-        return GraduationReport(sae_id, root, plan.n_rows, len(plan.buckets), already=False)
+        return GraduationReport(kind, key, root, plan.n_rows, len(plan.buckets), already=False)
 
-    def _graduation_plan(self, sae_id: str, root: str) -> GraduationPlan:
-        """Buckets and counts of the SAE's rows in the table (StoreError when there is nothing to move)."""
-        progress = self._indexed(sae_id)
-        if self.activation_count(sae_id, staged=True):
-            raise StoreError(
-                f"SAE {sae_id} has staged activations; finish `workbench index` before graduating."
-            )
+    def _graduation_plan(self, kind: Kind, key: str, root: str) -> GraduationPlan:
+        """Partitions and counts of the rows in the table (StoreError when there is nothing to move or the rows
+        may still grow)."""
+        if kind == "activations":
+            progress = self._indexed(key)
+            if self.activation_count(key, staged=True):
+                raise StoreError(
+                    f"SAE {key} has staged activations; finish `workbench index` before graduating."
+                )
+            sql = f"SELECT feature // {BUCKET_SIZE} AS b, count(*) FROM activations WHERE sae_id = ? GROUP BY b ORDER BY b"  # fmt: skip
+            settings: list[object] = [progress.corpus, progress.context_size, progress.top_k, progress.config]
+        else:
+            with self._conn() as conn:
+                open_runs = conn.execute(
+                    "SELECT sae_id FROM index_runs WHERE corpus = ? AND NOT finalized", [key]
+                ).fetchall()
+            if open_runs:
+                raise StoreError(
+                    f"SAE {open_runs[0][0]} is still indexing corpus {key!r}; finish `workbench index` first."
+                )
+            sql = f"SELECT window_id // {WINDOW_CHUNK} AS b, count(*) FROM windows WHERE corpus = ? GROUP BY b ORDER BY b"  # fmt: skip
+            settings: list[object] = []
         with self._conn() as conn:
-            rows = conn.execute(
-                f"SELECT feature // {BUCKET_SIZE} AS fb, count(*) FROM activations WHERE sae_id = ? "
-                "GROUP BY fb ORDER BY fb",
-                [sae_id],
-            ).fetchall()
+            rows = conn.execute(sql, [key]).fetchall()
         buckets = {int(r[0]): int(r[1]) for r in rows}
         n_rows = sum(buckets.values())
         if n_rows == 0:
-            raise StoreError(f"SAE {sae_id} has no activation rows in {self.path} to graduate.")
-        key = {
-            "sae_id": sae_id,
-            "corpus": progress.corpus,
-            "context_size": progress.context_size,
-            "top_k": progress.top_k,
-            "config": progress.config,
-            "n_rows": n_rows,
-        }
-        return GraduationPlan(sae_id, root, config_hash8(key), n_rows, buckets)
+            raise StoreError(f"{key!r} has no {kind} rows in {self.path} to graduate.")
+        part = config_hash8({"kind": kind, "key": key, "settings": settings, "n_rows": n_rows})
+        return GraduationPlan(kind, key, root, part, n_rows, buckets)
 
     def _stage_buckets(self, plan: GraduationPlan) -> None:
-        """Step 1: write every bucket not yet staged (or placed) with its full row count."""
-        for fb, n in plan.buckets.items():
-            if self._rows_or_none(plan.final_file(fb)) == n or self._rows_or_none(plan.staged_file(fb)) == n:
+        """Step 1: write every partition not yet staged (or placed) with its full row count."""
+        for b, n in plan.buckets.items():
+            if self._rows_or_none(plan.final_file(b)) == n or self._rows_or_none(plan.staged_file(b)) == n:
                 continue
             with self._conn() as conn:
-                written = write_bucket(
-                    conn,
-                    "SELECT feature, window_id, position, value FROM activations WHERE sae_id = ? "
-                    "AND feature >= ? AND feature < ?",
-                    [plan.sae_id, fb * BUCKET_SIZE, (fb + 1) * BUCKET_SIZE],
-                    plan.staged_file(fb),
-                )
+                if plan.kind == "activations":
+                    written = write_bucket(
+                        conn,
+                        "SELECT feature, window_id, position, value FROM activations WHERE sae_id = ? "
+                        "AND feature >= ? AND feature < ?",
+                        [plan.key, b * BUCKET_SIZE, (b + 1) * BUCKET_SIZE],
+                        plan.staged_file(b),
+                    )
+                else:
+                    columns = ", ".join(f'"{c}"' for c in WINDOW_FILE_COLUMNS)
+                    written = write_window_chunk(
+                        conn,
+                        f"SELECT {columns} FROM windows WHERE corpus = ? AND window_id >= ? AND window_id < ?",
+                        [plan.key, b * WINDOW_CHUNK, (b + 1) * WINDOW_CHUNK],
+                        plan.staged_file(b),
+                    )
             if written != n:
                 raise StoreError(
-                    f"bucket {fb} of SAE {plan.sae_id}: wrote {written} rows, the table has {n}."
+                    f"{plan.kind} {plan.key!r} partition {b}: wrote {written} rows, the table has {n}."
                 )
 
     def _place_buckets(self, plan: GraduationPlan) -> None:
-        """Step 2: delete stray files under the SAE's folder, then move each staged bucket into place."""
+        """Step 2: delete stray files under the key's folder, then move each staged partition into place."""
         fs = filesystem(plan.root)
-        wanted = {fs_path(plan.final_file(fb)) for fb in plan.buckets}
-        folder = fs_path(sae_dir(plan.root, plan.sae_id))
+        wanted = {fs_path(plan.final_file(b)) for b in plan.buckets}
+        folder = fs_path(plan.folder)
         if fs.exists(folder):
             for path in fs.find(folder):
                 if path not in wanted:
                     fs.rm(path)
-        for fb, n in plan.buckets.items():
-            if self._rows_or_none(plan.final_file(fb)) == n:
+        for b, n in plan.buckets.items():
+            if self._rows_or_none(plan.final_file(b)) == n:
                 continue
-            move_file(plan.staged_file(fb), plan.final_file(fb))
+            move_file(plan.staged_file(b), plan.final_file(b))
 
     def _commit_graduation(self, plan: GraduationPlan) -> None:
         """Step 3: check the placed files' row count, then delete the table rows and write the ledger row at once."""
         with self._conn() as conn:
-            placed = parquet_rows(conn, join(sae_dir(plan.root, plan.sae_id), "*", "*.parquet"))
+            placed = parquet_rows(conn, join(plan.folder, "*", "*.parquet"))
         if placed != plan.n_rows:
             raise StoreError(
-                f"SAE {plan.sae_id}: {placed} rows under {plan.root}, {plan.n_rows} in the table; nothing removed."
+                f"{plan.kind} of {plan.key!r}: {placed} rows under {plan.root}, {plan.n_rows} in the table; "
+                "nothing removed."
             )
+        table, column = ("activations", "sae_id") if plan.kind == "activations" else ("windows", "corpus")
         with self._write() as conn:
-            deleted = count(conn.execute("DELETE FROM activations WHERE sae_id = ?", [plan.sae_id]))
+            deleted = count(conn.execute(f"DELETE FROM {table} WHERE {column} = ?", [plan.key]))
             if deleted != plan.n_rows:
-                raise StoreError(f"SAE {plan.sae_id}: the table changed during graduation; nothing removed.")
-            self.record_partitioned(plan.sae_id, plan.root, plan.n_rows, plan.part)
+                raise StoreError(f"{plan.kind} of {plan.key!r} changed during graduation; nothing removed.")
+            if plan.kind == "activations":
+                self.record_partitioned(plan.key, plan.root, plan.n_rows, plan.part)
+            else:
+                self.record_windows_partitioned(plan.key, plan.root, plan.n_rows, plan.part)
 
-    def _clean_leftovers(self, sae_id: str, root: str) -> None:
-        """Step 4 for an SAE committed by an earlier run: remove its staging folders."""
+    def _clean_leftovers(self, kind: Kind, key: str, root: str) -> None:
+        """Step 4 for a key committed by an earlier run: remove its staging folders."""
         fs = filesystem(root)
         staging = fs_path(join(root, "staging"))
-        prefix = f"graduate-{sae_segment(sae_id)[len('sae_id=') :]}-"
+        folder = sae_dir(root, key) if kind == "activations" else corpus_dir(root, key)
+        prefix = f"graduate-{kind}-{_segment(folder)}-"
         if not fs.exists(staging):
             return
         for path in fs.ls(staging, detail=False):
@@ -210,6 +265,13 @@ class Graduation(Indexing):
             return None
         with self._conn() as conn:
             return parquet_rows(conn, path)
+
+
+_LEDGERS: dict[Kind, tuple[str, str]] = {
+    "activations": ("activation_partitions", "sae_id"),
+    "windows": ("window_partitions", "corpus"),
+}
+"""Ledger table and key column per kind."""
 
 
 def _remove(folder: str) -> None:

@@ -11,7 +11,6 @@ from typing import Any
 import numpy as np
 
 from sae_workbench.store.errors import IndexConfigError, NotIndexedError, StoreError
-from sae_workbench.store.partitioned import Partitions
 from sae_workbench.store.records import IndexProgress
 from sae_workbench.store.saes import SAEs
 from sae_workbench.store.sql import (
@@ -32,7 +31,7 @@ ACTIVATION_COLUMNS = ("feature", "window_id", "position", "value")
 """Columns of an activation batch (add_activations)."""
 
 
-class Indexing(SAEs, Windows, Partitions):
+class Indexing(SAEs, Windows):
     """The `index_runs`, `activations_staging` and `activations` tables."""
 
     def start_index(
@@ -183,10 +182,11 @@ class Indexing(SAEs, Windows, Partitions):
     def _read_indexed(self, sae_id: str) -> np.ndarray:
         """indexed_window_ids without the session cache."""
         progress = self._indexed(sae_id)
+        windows = self._windows_sql(progress.corpus)
         with self._conn() as conn:
             cols = numpy_columns(
                 conn,
-                "SELECT window_id FROM windows WHERE corpus = ? AND window_id < ? ORDER BY window_id",
+                f"SELECT window_id FROM {windows} WHERE corpus = ? AND window_id < ? ORDER BY window_id",
                 [progress.corpus, progress.next_window],
             )
         return cols["window_id"].astype(np.int64)

@@ -1,4 +1,5 @@
-"""The partitioned data plane: an SAE's activation rows as hive-partitioned Parquet under a root, local or `s3://`.
+"""The partitioned data plane: an SAE's activation rows and a corpus's windows as hive-partitioned Parquet under a
+root, local or `s3://`.
 
 Layout (specs/scale.md section 4.2), one immutable file per (SAE, feature bucket):
 
@@ -6,6 +7,8 @@ Layout (specs/scale.md section 4.2), one immutable file per (SAE, feature bucket
         columns feature INT32, window_id INT64, position INT16, value FLOAT, rank INT32
         sorted by (feature, value DESC, window_id, position); rank = 0-based rank of the row within its feature in
         that order; row groups of ROW_GROUP_SIZE rows (sae_id and fb live in the path, not in the file)
+    <root>/windows/corpus=<name>/chunk=<window_id // 65536 :05d>/part-<cfg8>.parquet
+        the `windows` table's columns but corpus, sorted by window_id
     <root>/staging/<job>/...              files being written; never read (moved into place when complete)
 
 How a store knows it is partitioned: per SAE, from its ledger. `store.duckdb` stays the control plane; the table
@@ -13,13 +16,15 @@ How a store knows it is partitioned: per SAE, from its ledger. `store.duckdb` st
 n_rows, part). A row there is the commit record: it is written in the same transaction that deletes the SAE's rows
 from the single file (`graduate.py`), so readers see the rows either in the file or in Parquet, never both and never
 a half-written bucket. An SAE without a row reads the `activations` table as before, so one store may hold both.
+Windows likewise, per corpus, in `window_partitions` (migration 8).
 
 Reads: every activation query of the store names its relation through `Partitions._activations_sql(sae_id)`,
 which is `activations` (the table) or, for a partitioned SAE, a view over
 `read_parquet('<root>/activations/sae_id=<id>/*/*.parquet', hive_partitioning=true, hive_types=HIVE_TYPES)` with
 the same columns (plus fb and rank). Per-feature queries also filter `fb = feature // 256` (`_bucket_filter`), which
 DuckDB turns into a file filter: only that bucket's file is opened (checked with EXPLAIN in tests/store/
-test_partitioned.py). The view is inlined as a subquery rather than a per-connection TEMP VIEW: the store's
+test_partitioned.py). Window reads name `_windows_sql(corpus)` and, by id, filter `chunk IN (...)`
+(`_chunk_filter`). The views are inlined as a subquery rather than a per-connection TEMP VIEW: the store's
 connections are short-lived cursors of one process-wide DuckDB instance, and a subquery needs no per-cursor state.
 
 Object storage: a root `s3://bucket/prefix` is read and written through fsspec/s3fs registered in DuckDB
@@ -56,6 +61,31 @@ FILE_COLUMNS = ("feature", "window_id", "position", "value", "rank")
 S3_PREFIX = "s3://"
 _fsspec: Any = fsspec
 """fsspec (its signatures are untyped)."""
+
+
+WINDOW_CHUNK = 65_536
+"""Windows per `chunk` partition (65,536 windows of 128 tokens = 8.4M tokens per file)."""
+WINDOW_ROW_GROUP_SIZE = 2_048
+"""Rows per row group of a window file: a read by id decodes 2,048 windows' token lists, not 65,536."""
+WINDOW_HIVE_TYPES = "{'corpus': VARCHAR, 'chunk': INTEGER}"
+"""Types of the windows layout's partition columns."""
+WINDOW_FILE_COLUMNS = ("window_id", "tokens", "text", "token_strings", "source", "offset", "mask")
+"""Columns stored in each window file (the `windows` table's but corpus, in its order)."""
+
+
+def chunk_of(window_id: int) -> int:
+    """The windows partition (`chunk`) of a window id."""
+    return int(window_id) // WINDOW_CHUNK
+
+
+def corpus_dir(root: str, corpus: str) -> str:
+    """The folder holding every chunk of one corpus's windows."""
+    return join(root, "windows", "corpus=" + quote(corpus, safe="-_."))
+
+
+def windows_dir(root: str, corpus: str, chunk: int) -> str:
+    """The folder of one (corpus, chunk): `<root>/windows/corpus=<name>/chunk=<chunk:05d>`."""
+    return join(corpus_dir(root, corpus), f"chunk={int(chunk):05d}")
 
 
 def bucket_of(feature: int) -> int:
@@ -164,23 +194,54 @@ def activations_relation(root: str, sae_id: str) -> str:
     )
 
 
+def windows_relation(root: str, corpus: str) -> str:
+    """SQL of a relation with the `windows` table's columns (+ chunk) over one corpus's Parquet files."""
+    glob = join(corpus_dir(root, corpus), "*", "*.parquet").replace("'", "''")
+    literal = corpus.replace("'", "''")
+    columns = ", ".join(f'"{c}"' for c in WINDOW_FILE_COLUMNS)
+    return (
+        f"(SELECT '{literal}'::TEXT AS corpus, {columns}, chunk FROM read_parquet('{glob}', hive_partitioning = true, "
+        f"hive_types = {WINDOW_HIVE_TYPES}))"
+    )
+
+
 def write_bucket(conn: duckdb.DuckDBPyConnection, rows_sql: str, params: list[Any], path: str) -> int:
     """COPY one bucket's rows (`rows_sql` yields feature, window_id, position, value) to the Parquet file `path`,
     sorted by (feature, value DESC, window_id, position) with each row's rank within its feature; return the rows.
 
     The caller picks the path: write to a staging path, then `move_file` it into place once complete.
     """
+    return _copy(
+        conn,
+        "SELECT feature::INTEGER AS feature, window_id::BIGINT AS window_id, position::SMALLINT AS position, "
+        "value::FLOAT AS value, (row_number() OVER (PARTITION BY feature ORDER BY value DESC, window_id, position) "
+        f"- 1)::INTEGER AS rank FROM ({rows_sql}) ORDER BY feature, value DESC, window_id, position",
+        params,
+        path,
+        ROW_GROUP_SIZE,
+    )
+
+
+def write_window_chunk(conn: duckdb.DuckDBPyConnection, rows_sql: str, params: list[Any], path: str) -> int:
+    """COPY one chunk of windows (`rows_sql` yields the `windows` table's columns but corpus) to `path`, sorted by
+    window id; return the rows (write to a staging path, then `move_file` it into place)."""
+    columns = ", ".join(f'"{c}"' for c in WINDOW_FILE_COLUMNS)
+    return _copy(
+        conn, f"SELECT {columns} FROM ({rows_sql}) ORDER BY window_id", params, path, WINDOW_ROW_GROUP_SIZE
+    )
+
+
+def _copy(
+    conn: duckdb.DuckDBPyConnection, select_sql: str, params: list[Any], path: str, row_group_size: int
+) -> int:
+    """COPY a query's rows to one zstd Parquet file at `path` (local folders created); return the rows."""
     ensure_registered(conn, path)
-    fs = filesystem(path)
     if not is_remote(path):
-        fs.makedirs(os.path.dirname(path), exist_ok=True)
+        filesystem(path).makedirs(os.path.dirname(path), exist_ok=True)
     target = path.replace("'", "''")
     return count(
         conn.execute(
-            "COPY (SELECT feature::INTEGER AS feature, window_id::BIGINT AS window_id, position::SMALLINT AS position, "
-            "value::FLOAT AS value, (row_number() OVER (PARTITION BY feature ORDER BY value DESC, window_id, position) "
-            f"- 1)::INTEGER AS rank FROM ({rows_sql}) ORDER BY feature, value DESC, window_id, position) TO '{target}' "
-            f"(FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {ROW_GROUP_SIZE})",
+            f"COPY ({select_sql}) TO '{target}' (FORMAT parquet, COMPRESSION zstd, ROW_GROUP_SIZE {row_group_size})",
             params,
         )
     )
@@ -204,7 +265,8 @@ def move_file(src: str, dst: str) -> None:
 
 
 class Partitions(StoreBase):
-    """The `activation_partitions` ledger and the activation relation every activation query names."""
+    """The `activation_partitions` / `window_partitions` ledgers and the relations every activation and window
+    query names."""
 
     def activations_root(self, sae_id: str) -> str | None:
         """The Parquet root holding `sae_id`'s activations, or None when they are in the store file."""
@@ -236,6 +298,46 @@ class Partitions(StoreBase):
         if self.activations_root(sae_id) is None:
             return ""
         return f" AND fb = {bucket_of(feature)}"
+
+    def windows_root(self, corpus: str) -> str | None:
+        """The Parquet root holding `corpus`'s windows, or None when they are in the store file."""
+        return self._cached(("windows_root", corpus), lambda: self._read_windows_root(corpus))
+
+    def _read_windows_root(self, corpus: str) -> str | None:
+        """windows_root without the session cache."""
+        with self._conn() as conn:
+            row = first(conn.execute("SELECT root FROM window_partitions WHERE corpus = ?", [corpus]))
+        return None if row is None else str(row[0])
+
+    def partitioned_corpora(self) -> dict[str, str]:
+        """corpus -> root of every corpus whose windows are partitioned Parquet."""
+        with self._conn() as conn:
+            rows = conn.execute("SELECT corpus, root FROM window_partitions ORDER BY corpus").fetchall()
+        return {str(r[0]): str(r[1]) for r in rows}
+
+    def _windows_sql(self, corpus: str) -> str:
+        """The relation holding `corpus`'s windows: the `windows` table or its Parquet view."""
+        root = self.windows_root(corpus)
+        if root is None:
+            return "windows"
+        with self._conn() as conn:
+            ensure_registered(conn, root)
+        return windows_relation(root, corpus)
+
+    def _chunk_filter(self, corpus: str, window_ids: list[int]) -> str:
+        """` AND chunk IN (...)` (the chunks of `window_ids`) for a partitioned corpus, else ''."""
+        if self.windows_root(corpus) is None:
+            return ""
+        chunks = sorted({chunk_of(i) for i in window_ids})
+        return f" AND chunk IN ({', '.join(str(c) for c in chunks) or 'NULL'})"
+
+    def record_windows_partitioned(self, corpus: str, root: str, n_rows: int, part: str) -> None:
+        """Commit `corpus`'s windows as living under `root` (call inside the transaction that removes its rows)."""
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO window_partitions (corpus, root, n_rows, part) VALUES (?, ?, ?, ?)",
+                [corpus, normalise_root(root), int(n_rows), part],
+            ).fetchall()
 
     def record_partitioned(self, sae_id: str, root: str, n_rows: int, part: str) -> None:
         """Commit `sae_id`'s activations as living under `root` (the ledger row; call inside the transaction that

@@ -3,9 +3,10 @@
 A raw `duckdb.connect(path, read_only=True)` fails with DuckDB's lock error while a writer (the explain job's lease,
 `workbench index`) holds the file. `query` goes through the store's own attachment instead: it retries on the lock,
 announces that it waits (the job's lease steps aside for it at its next feature boundary) and reads one consistent
-snapshot. On a store with partitioned SAEs (`partitioned.py`) `activations` names a view over the file's rows
-and every SAE's Parquet, so the same SQL sees every row. Only a single SELECT-like statement is accepted (SELECT, WITH … SELECT, FROM …, DESCRIBE, SHOW,
-SUMMARIZE, VALUES, EXPLAIN); anything else raises QueryNotAllowedError before the file is touched.
+snapshot. On a store with partitioned SAEs or corpora (`partitioned.py`) `activations` and `windows` name views
+over the file's rows and the Parquet, so the same SQL sees every row. Only a single SELECT-like statement is
+accepted (SELECT, WITH … SELECT, FROM …, DESCRIBE, SHOW, SUMMARIZE, VALUES, EXPLAIN); anything else raises
+QueryNotAllowedError before the file is touched.
 
     Store.open("runs/store.duckdb", read_only=True).query("SELECT sae_id, count(*) FROM explanations GROUP BY 1")
 """
@@ -18,7 +19,13 @@ from typing import Any
 import duckdb
 
 from sae_workbench.store.errors import QueryNotAllowedError
-from sae_workbench.store.partitioned import Partitions, activations_relation, ensure_registered
+from sae_workbench.store.partitioned import (
+    WINDOW_FILE_COLUMNS,
+    Partitions,
+    activations_relation,
+    ensure_registered,
+    windows_relation,
+)
 from sae_workbench.store.sql import Table, arrow
 
 # DuckDB parses DESCRIBE / SHOW / SUMMARIZE / FROM-first / VALUES queries as SELECT statements.
@@ -56,23 +63,37 @@ class Query(Partitions):
         """Run one read-only statement (`read_only_statement`) on the store and return its rows as a pyarrow Table;
         waits for a job holding the file like every store call (up to busy_timeout_s)."""
         statement = read_only_statement(sql)
-        parted = self.partitioned_saes()
+        views = self._partition_views()
         with self._conn() as conn:
-            if parted:
-                # `activations` names every row, in the file or in Parquet: a TEMP VIEW on this cursor, dropped after
-                # the query (inside a session the cursor is shared with the store's own reads and writes).
+            if views:
+                # `activations` / `windows` name every row, in the file or in Parquet: TEMP VIEWs on this cursor,
+                # dropped after the query (inside a session the cursor is shared with the store's own reads and writes).
                 db = str(conn.execute("SELECT current_database()").fetchall()[0][0]).replace('"', '""')
-                parts = [f'SELECT sae_id, feature, window_id, position, value FROM "{db}".main.activations']
-                for sae_id, root in parted.items():
-                    ensure_registered(conn, root)
-                    relation = activations_relation(root, sae_id)
-                    parts.append(f"SELECT sae_id, feature, window_id, position, value FROM {relation}")
-                view = " UNION ALL ".join(parts)
-                conn.execute(f"CREATE OR REPLACE TEMP VIEW activations AS {view}").fetchall()
+                for table, (columns, relations) in views.items():
+                    parts = [f'SELECT {columns} FROM "{db}".main.{table}']
+                    parts += [f"SELECT {columns} FROM {relation}" for relation in relations]
+                    conn.execute(
+                        f"CREATE OR REPLACE TEMP VIEW {table} AS {' UNION ALL '.join(parts)}"
+                    ).fetchall()
             try:
                 return arrow(conn, statement, params)
             except duckdb.Error as exc:
                 raise QueryNotAllowedError(f"the query failed: {exc}") from exc
             finally:
-                if parted:
-                    conn.execute("DROP VIEW IF EXISTS temp.main.activations").fetchall()
+                for table in views:
+                    conn.execute(f"DROP VIEW IF EXISTS temp.main.{table}").fetchall()
+
+    def _partition_views(self) -> dict[str, tuple[str, list[str]]]:
+        """table -> (its columns, the Parquet relations of its partitioned SAEs / corpora); empty when none are."""
+        views: dict[str, tuple[str, list[str]]] = {}
+        with self._conn() as conn:
+            saes, corpora = self.partitioned_saes(), self.partitioned_corpora()
+            for root in [*saes.values(), *corpora.values()]:
+                ensure_registered(conn, root)
+        if saes:
+            relations = [activations_relation(root, sae_id) for sae_id, root in saes.items()]
+            views["activations"] = ("sae_id, feature, window_id, position, value", relations)
+        if corpora:
+            columns = ", ".join(f'"{c}"' for c in ("corpus", *WINDOW_FILE_COLUMNS))
+            views["windows"] = (columns, [windows_relation(root, corpus) for corpus, root in corpora.items()])
+        return views

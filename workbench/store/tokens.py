@@ -18,9 +18,10 @@ class Tokens(Indexing):
         progress = self._indexed(sae_id)
         norm = "lower(trim(tok))" if ignore_case else "trim(tok)"
         wanted = token.strip().lower() if ignore_case else token.strip()
+        windows = self._windows_sql(progress.corpus)
         occurrences_sql = (
             "SELECT window_id, position FROM (SELECT window_id, unnest(token_strings) AS tok, unnest(mask) AS counted, "
-            "generate_subscripts(token_strings, 1) - 1 AS position FROM windows WHERE corpus = ? AND window_id < ?) "
+            f"generate_subscripts(token_strings, 1) - 1 AS position FROM {windows} WHERE corpus = ? AND window_id < ?) "
             f"WHERE counted AND {norm} = ?"
         )
         params = [progress.corpus, progress.next_window, wanted]

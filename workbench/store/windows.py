@@ -1,4 +1,5 @@
-"""Token windows of a corpus (`windows`), keyed by (corpus, window_id)."""
+"""Token windows of a corpus (`windows`, or its Parquet view for a graduated corpus: `partitioned.py`), keyed by
+(corpus, window_id)."""
 
 from __future__ import annotations
 
@@ -6,8 +7,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from sae_workbench.store.base import StoreBase
 from sae_workbench.store.errors import StoreError
+from sae_workbench.store.partitioned import Partitions
 from sae_workbench.store.records import Window
 from sae_workbench.store.sql import (
     count,
@@ -20,7 +21,7 @@ from sae_workbench.store.sql import (
 )
 
 
-class Windows(StoreBase):
+class Windows(Partitions):
     """The `windows` table."""
 
     def add_windows(
@@ -38,6 +39,11 @@ class Windows(StoreBase):
         n = len(window_ids)
         if n == 0:
             return 0
+        if self.windows_root(corpus) is not None:
+            raise StoreError(
+                f"the windows of corpus {corpus!r} were moved to Parquet under {self.windows_root(corpus)}; new "
+                "windows cannot join them. Index into a new store."
+            )
         lengths = np.array([len(s) for s in token_strings])
         if not (lengths == tokens_BT.shape[1]).all():
             raise StoreError("token_strings must have one string per position of each window.")
@@ -64,11 +70,12 @@ class Windows(StoreBase):
     def get_windows(self, corpus: str, window_ids: Sequence[int] | np.ndarray) -> list[Window]:
         """Windows by id, in the order asked (missing ids raise StoreError)."""
         ids = [int(i) for i in window_ids]
+        windows, chunks = self._windows_sql(corpus), self._chunk_filter(corpus, ids)
         with self._conn() as conn:
             where, params = in_ids("window_id", ids)
             rows = conn.execute(
-                'SELECT window_id, tokens, text, token_strings, source, "offset", mask FROM windows '
-                f"WHERE corpus = ? AND {where}",
+                f'SELECT window_id, tokens, text, token_strings, source, "offset", mask FROM {windows} '
+                f"WHERE corpus = ?{chunks} AND {where}",
                 [corpus, *params],
             ).fetchall()
         by_id = {
@@ -93,11 +100,12 @@ class Windows(StoreBase):
         """(token display strings, (T,) bool mask) of windows by id — what records need, without the rest of a
         Window (missing ids raise StoreError)."""
         ids = [int(i) for i in window_ids]
+        windows, chunks = self._windows_sql(corpus), self._chunk_filter(corpus, ids)
         with self._conn() as conn:
             where, params = in_ids("window_id", ids)
             cols = numpy_columns(
                 conn,
-                f"SELECT window_id, token_strings, mask FROM windows WHERE corpus = ? AND {where}",
+                f"SELECT window_id, token_strings, mask FROM {windows} WHERE corpus = ?{chunks} AND {where}",
                 [corpus, *params],
             )
         out: dict[int, tuple[list[str], np.ndarray]] = {
@@ -109,9 +117,10 @@ class Windows(StoreBase):
 
     def window_ids(self, corpus: str) -> np.ndarray:
         """All stored window ids of `corpus`, ascending, int64."""
+        windows = self._windows_sql(corpus)
         with self._conn() as conn:
             cols = numpy_columns(
-                conn, "SELECT window_id FROM windows WHERE corpus = ? ORDER BY window_id", [corpus]
+                conn, f"SELECT window_id FROM {windows} WHERE corpus = ? ORDER BY window_id", [corpus]
             )
         return cols["window_id"].astype(np.int64)
 
