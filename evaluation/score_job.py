@@ -25,7 +25,7 @@ import json
 import logging
 import time
 from collections.abc import Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from tqdm.auto import tqdm
@@ -49,8 +49,22 @@ from sae_workbench.store import ExplanationRecord, NotIndexedError, ScoreRecord,
 
 log = logging.getLogger(__name__)
 
-__all__ = ["NEGATIVE_SOURCES", "SCORERS", "ScoreBackends", "ScoreConfig", "ScoreConfigError", "TestSetBuilder",
-           "run_scoring", "run_scoring_async", "score_key"]  # fmt: skip
+__all__ = [
+    "NEGATIVE_SOURCES",
+    "SCORERS",
+    "ScoreBackends",
+    "ScoreConfig",
+    "ScoreConfigError",
+    "ScorePlan",
+    "TestSetBuilder",
+    "base_provenance",
+    "judge",
+    "plan_scoring",
+    "run_scoring",
+    "run_scoring_async",
+    "score_key",
+    "tests_of",
+]  # fmt: skip
 
 
 def score_key(explanation_id: int, config: ScoreConfig, scorer: Scorer) -> str:
@@ -144,21 +158,8 @@ async def run_scoring_async(
     t0 = time.perf_counter()
     backends = backends or ScoreBackends()
     scorer = make_scorer(config, backends)
-    rows = [
-        e
-        for e in store.explanations(sae_id=sae_id, explainer=explainer)
-        if e.id is not None and (explainer is not None or not scorer.default_explainers
-                                 or e.explainer in scorer.default_explainers)
-    ]  # fmt: skip
-    wanted = None if features is None else {int(f) for f in features}
-    todo = [e for e in rows if wanted is None or e.feature in wanted]
-    keys = {int(e.id or 0): score_key(int(e.id or 0), config, scorer) for e in todo}
-    done = store.score_keys(sae_id, scorer.name)
-    pending = [e for e in todo if keys[int(e.id or 0)] not in done]
-    builder = None
-    if scorer.uses_test_set and any(e.status is not Status.DEAD for e in pending):
-        builder = TestSetBuilder(store, sae_id, config)
-        prepare_split(store, sae_id, builder.split_config)
+    plan = plan_scoring(store, sae_id, config, scorer, explainer, features)
+    rows, keys, pending, builder = plan.rows, plan.keys, plan.pending, plan.builder
     if pending:
         await scorer.prepare(rows)
     counts = {"scored": 0, "failed": 0, "dead": 0}
@@ -167,10 +168,8 @@ async def run_scoring_async(
     for expl in tqdm(pending, desc=desc, disable=not progress):
         started = time.perf_counter()
         usage_before = backends.llm_usage() if backends.llm_usage else {}
-        provenance: dict[str, Any] = {"score_key": keys[int(expl.id or 0)], "backend": scorer.backend(),
-                                      "prompt_version": scorer.prompt_version(), **scorer.key_params()}  # fmt: skip
-        if backends.llm_client is not None:
-            provenance["llm_params"] = backends.llm_client.config.params()
+        llm_params = backends.llm_client.config.params() if backends.llm_client is not None else None
+        provenance = base_provenance(scorer, keys[int(expl.id or 0)], llm_params)
         outcome = await _score_one(scorer, expl, builder, provenance)
         counts[
             "scored" if outcome.status is Status.OK else "dead" if outcome.status is Status.DEAD else "failed"
@@ -186,24 +185,83 @@ async def run_scoring_async(
                 status=outcome.status, score_key=keys[int(expl.id or 0)],
             )
         )  # fmt: skip
-    skipped = len(todo) - len(pending)
+    skipped = plan.skipped
     return ScoreJobResult(
         counts["scored"], skipped, counts["failed"], time.perf_counter() - t0, counts["dead"]
     )
 
 
-async def _score_one(
-    scorer: Scorer, expl: ExplanationRecord, builder: TestSetBuilder | None, provenance: dict[str, Any]
-) -> ScoreOutcome:
-    """One explanation's outcome (its test records' provenance added to `provenance`)."""
+@dataclass(frozen=True)
+class ScorePlan:
+    """What a scoring run has to do: its explanations, their score keys, the pending ones and their test source."""
+
+    rows: list[ExplanationRecord]
+    """Every explanation of the run (the scorer's `prepare` sees them all, also those already scored)."""
+    keys: dict[int, str]
+    """Score key per explanation id (of the requested features)."""
+    pending: list[ExplanationRecord]
+    """Requested explanations not yet scored under their key, in store order."""
+    skipped: int
+    """Requested explanations already scored."""
+    builder: TestSetBuilder | None
+    """Test records of live pending explanations (None when the scorer uses none or none is live)."""
+
+
+def plan_scoring(
+    store: Store,
+    sae_id: str,
+    config: ScoreConfig,
+    scorer: Scorer,
+    explainer: str | None = None,
+    features: Sequence[int] | None = None,
+) -> ScorePlan:
+    """Which explanations a run scores (pending = requested minus stored score keys); draws the shared split's
+    negatives first when test records are needed (a store write)."""
+    rows = [
+        e
+        for e in store.explanations(sae_id=sae_id, explainer=explainer)
+        if e.id is not None and (explainer is not None or not scorer.default_explainers
+                                 or e.explainer in scorer.default_explainers)
+    ]  # fmt: skip
+    wanted = None if features is None else {int(f) for f in features}
+    todo = [e for e in rows if wanted is None or e.feature in wanted]
+    keys = {int(e.id or 0): score_key(int(e.id or 0), config, scorer) for e in todo}
+    done = store.score_keys(sae_id, scorer.name)
+    pending = [e for e in todo if keys[int(e.id or 0)] not in done]
+    builder = None
+    if scorer.uses_test_set and any(e.status is not Status.DEAD for e in pending):
+        builder = TestSetBuilder(store, sae_id, config)
+        prepare_split(store, sae_id, builder.split_config)
+    return ScorePlan(rows, keys, pending, len(todo) - len(pending), builder)
+
+
+def base_provenance(scorer: Scorer, key: str, llm_params: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The provenance every score of a run starts with (its key, judge, prompt, parameters, LLM settings)."""
+    provenance: dict[str, Any] = {"score_key": key, "backend": scorer.backend(),
+                                  "prompt_version": scorer.prompt_version(), **scorer.key_params()}  # fmt: skip
+    if llm_params is not None:
+        provenance["llm_params"] = llm_params
+    return provenance
+
+
+def tests_of(
+    expl: ExplanationRecord, builder: TestSetBuilder | None, provenance: dict[str, Any]
+) -> TestRecords | ScoreOutcome | None:
+    """An explanation's test records (their provenance added to `provenance`), or the outcome recorded without
+    scoring (a dead feature, no positive test record); None for a scorer without test records."""
     if expl.status is Status.DEAD:
         return ScoreOutcome.failed(Status.DEAD, reason=str(expl.extra.get("reason", "dead feature")))
-    tests = None
-    if builder is not None:
-        tests = builder.build(expl)
-        provenance.update(tests.provenance)
-        if not tests.positives:
-            return ScoreOutcome.failed(Status.NO_ACTIVATIONS)
+    if builder is None:
+        return None
+    tests = builder.build(expl)
+    provenance.update(tests.provenance)
+    if not tests.positives:
+        return ScoreOutcome.failed(Status.NO_ACTIVATIONS)
+    return tests
+
+
+async def judge(scorer: Scorer, expl: ExplanationRecord, tests: TestRecords | None) -> ScoreOutcome:
+    """A live explanation's outcome from its scorer (an unscorable explanation is a recorded outcome)."""
     try:
         outcome = await scorer.score(expl, tests)
     except UnscorableExplanationError as err:
@@ -211,3 +269,13 @@ async def _score_one(
     if outcome.status is Status.OK and tests is not None:
         outcome.metrics["test_windows_seen"] = tests.provenance["test_windows_seen"]
     return outcome
+
+
+async def _score_one(
+    scorer: Scorer, expl: ExplanationRecord, builder: TestSetBuilder | None, provenance: dict[str, Any]
+) -> ScoreOutcome:
+    """One explanation's outcome (its test records' provenance added to `provenance`)."""
+    tests = tests_of(expl, builder, provenance)
+    if isinstance(tests, ScoreOutcome):
+        return tests
+    return await judge(scorer, expl, tests)

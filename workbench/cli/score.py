@@ -6,6 +6,7 @@
     workbench score --store S --sae ID --scorer cosy --sae-path runs/sae --llm-model M --preset paper  # PRISM's
     workbench score --store S --sae ID --scorer polysemanticity            # PRISM: descriptions vs random baseline
     workbench score --store S --sae ID --scorer complexity --llm-model M   # an LLM rates each rule 0..5 (no offline)
+    workbench score --store S --sae ID --scorer detection --llm-model M --backend ray --llm-qps 20  # Ray workers
     workbench report --store S --sae ID --format md --out report.md
 
 Offline (no --llm-model) the simulator is the lexical one and detection/fuzzing use lexical rule matching — both
@@ -117,6 +118,10 @@ def score(
         "offline; PRISM's paper: Alibaba-NLP/gte-Qwen2-1.5B-instruct). Recorded as the score's backend.",
     ),
     progress: options.Progress = True,
+    backend: options.Backend = defaults.DEFAULT_BACKEND,
+    ray_address: options.RayAddress = None,
+    ray_workers: options.RayWorkers = None,
+    llm_qps: options.LlmQps = None,
 ) -> None:
     """Score stored explanations with one scorer and one negative source; results go into the store."""
     from sae_workbench.evaluation.cosy import CorpusRuleGenerator, CosyConfig, LLMGenerator
@@ -124,8 +129,10 @@ def score(
     from sae_workbench.evaluation.registry import scorer_class
     from sae_workbench.evaluation.score_job import ScoreBackends, ScoreConfig, run_scoring
     from sae_workbench.explainers.simulate import LLMSimulator
+    from sae_workbench.raycluster import RayConfig, check_backend
     from sae_workbench.store import Store
 
+    check_backend(backend)
     config = ScoreConfig(
         scorer=scorer,
         negatives=negatives.upper(),
@@ -136,6 +143,17 @@ def score(
     method = scorer_class(scorer)  # an unknown name fails here, before the store opens
     cosy = CosyConfig.named(preset)  # so does an unknown preset
     st = Store.open(store)
+    if backend == "ray":
+        from sae_workbench.evaluation.ray_score import run_scoring_ray
+        from sae_workbench.llm.config import LLMConfig
+
+        result = run_scoring_ray(
+            st, sae, config, llm=LLMConfig(model=llm_model, base_url=llm_base_url) if llm_model else None,
+            embedding_model=embedding_model, explainer=explainer, features=feature_list(features, st, sae),
+            progress=progress, workers=ray_workers, qps=llm_qps, ray_config=RayConfig(address=ray_address),
+        )  # fmt: skip
+        _echo_result(scorer, config, method.uses_negatives, result)
+        return
     backends = ScoreBackends()
     if embedding_model:
         from sae_workbench.explainers.prism import SentenceEmbedder
@@ -172,8 +190,13 @@ def score(
         features=feature_list(features, st, sae),
         progress=progress,
     )
+    _echo_result(scorer, config, method.uses_negatives, result)
+
+
+def _echo_result(scorer: str, config: Any, uses_negatives: bool, result: Any) -> None:
+    """The one-line summary of a scoring run."""
     dead = f", {result.dead} dead feature(s) recorded unscored" if result.dead else ""
-    source = config.negatives if method.uses_negatives else "-"
+    source = config.negatives if uses_negatives else "-"
     typer.echo(
         f"{scorer}/{source}: scored {result.scored}, skipped {result.skipped} (already scored), "
         f"recorded {result.failed} failure(s){dead} in {result.seconds:.1f}s"

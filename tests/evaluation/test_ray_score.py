@@ -1,0 +1,87 @@
+"""`score --backend ray` (evaluation/ray_score.py): the same score rows as the local loop, offline (lexical
+simulation) and with the scripted LLM (detection), and a rerun scores nothing twice.
+
+Runs on the session's local Ray cluster (tests/conftest.py `ray_cluster`) and the scripted OpenAI-compatible server
+on 127.0.0.1 (tests/fake_llm.py); the stores are real DuckDB files over real windows.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from sae_workbench.evaluation.base import ScoreConfig, ScoreConfigError
+from sae_workbench.evaluation.ray_score import run_scoring_ray, score_backends
+from sae_workbench.evaluation.score_job import run_scoring
+from sae_workbench.explainers.job import ExplainConfig, ExplainJob
+from sae_workbench.llm.cache import StoreCache
+from sae_workbench.llm.config import LLMConfig
+from sae_workbench.store import Store
+from tests.explainers.test_explain_support import PLANTED_SAE, build_planted_store
+from tests.explainers.test_ray_explain import NEGATIVES, rows_except, scripted
+from tests.fake_llm import FakeLLM, Reply
+
+_TEXT = re.compile(r"Text (\d+):\n(.*?)(?=\n\nText \d+:|\n\nFor each of)", re.S)
+
+
+def classifier(body: dict) -> Reply:
+    """A deterministic detection judge: 1 for a text that contains 'the', else 0."""
+    user = body["messages"][-1]["content"]
+    texts = [t for _, t in _TEXT.findall(user)]
+    n = int(re.search(r"JSON array of exactly (\d+) integers", user).group(1))  # type: ignore[union-attr]
+    assert len(texts) == n, user
+    return Reply("[" + ", ".join("1" if " the " in f" {t} " else "0" for t in texts) + "]")
+
+
+@pytest.fixture(scope="module")
+def explained_pair(tmp_path_factory, tiny_model) -> tuple[Path, Path]:
+    """Two identical stores holding lexical and one-shot explanations of the planted features 0-4."""
+    folder = tmp_path_factory.mktemp("ray_score")
+    store = build_planted_store(folder, tiny_model.tokenizer)
+    with FakeLLM(responder=scripted()) as server:
+        llm = LLMConfig(model="fake", base_url=server.base_url)
+        for name, cfg in (("lexical", None), ("oneshot", llm)):
+            ExplainJob(store, PLANTED_SAE, ExplainConfig(name, negatives=NEGATIVES), cfg, progress=False).run(
+                range(5)
+            )
+    shutil.copy(folder / "store.duckdb", folder / "copy.duckdb")
+    return folder / "store.duckdb", folder / "copy.duckdb"
+
+
+@pytest.mark.slow
+def test_ray_scores_equal_local_scores(explained_pair, ray_cluster):
+    """Lexical simulation (offline) and LLM detection give identical score rows on both backends; the workers'
+    LLM answers reach the driver's llm_cache; a rerun finds everything scored."""
+    local, remote = (Store.open(p) for p in explained_pair)
+    offline = ScoreConfig("simulation", NEGATIVES)
+    a = run_scoring(local, PLANTED_SAE, offline, progress=False)
+    b = run_scoring_ray(remote, PLANTED_SAE, offline, workers=2, batch_size=2, progress=False)
+    assert (a.scored, a.failed, a.dead) == (b.scored, b.failed, b.dead) and a.scored >= 6 and a.dead == 2
+    with FakeLLM(responder=classifier) as server:
+        llm = LLMConfig(model="fake", base_url=server.base_url)
+        detection = ScoreConfig("detection", NEGATIVES)
+        a = run_scoring(
+            local, PLANTED_SAE, detection, score_backends(llm, cache=StoreCache(local)), progress=False
+        )
+        calls_local = server.calls
+        b = run_scoring_ray(remote, PLANTED_SAE, detection, llm=llm, workers=2, batch_size=2, progress=False)
+        assert (a.scored, a.failed, a.dead) == (b.scored, b.failed, b.dead) and a.scored >= 6
+        assert server.calls == 2 * calls_local > 0
+        again = run_scoring_ray(remote, PLANTED_SAE, detection, llm=llm, workers=2, progress=False)
+        assert (again.scored, again.skipped) == (0, a.scored + a.failed + a.dead)
+        assert server.calls == 2 * calls_local
+    n, only_local, only_ray = rows_except(local, remote, "scores", {"id", "created_at"})
+    assert n == 2 * 10 and only_local == 0 and only_ray == 0
+    n, only_local, only_ray = rows_except(local, remote, "llm_cache", {"created_at"})
+    assert n > 0 and only_local == 0 and only_ray == 0
+    keys = remote.query("SELECT count(*) AS n, count(DISTINCT score_key) AS k FROM scores").to_pylist()[0]
+    assert keys["n"] == keys["k"] == 20
+
+
+def test_cosy_stays_local(explained_pair):
+    """CoSy needs the model and the SAE in the driver: the Ray backend refuses it before starting anything."""
+    with pytest.raises(ScoreConfigError, match="backend local"):
+        run_scoring_ray(Store.open(explained_pair[1]), PLANTED_SAE, ScoreConfig("cosy"), progress=False)
