@@ -166,6 +166,16 @@ BENCHES: tuple[Bench, ...] = (
         "this size (cluster start, a 1-feature run on fresh workers). Issue 20 asks for the figure, no target.",
         timeout_s=1200,
     ),
+    Bench(
+        "ray_index", "Indexing on Ray (1 and 2 workers) vs the local backend", _m("bench.ray_index_bench"),
+        ("--tokens", "65536"), ("--model", "tiny", "--tokens", "8192", "--context-size", "64"),
+        gpu_args=("--device", "cuda"), json_output=True,
+        meaning="tokens/s of `index --backend ray` (sae/ray_index.py) with 1 actor (all threads) and 2 actors (half "
+        "each) / the local backend, same SAE, windows and rows, same run; wall time includes starting the actors "
+        "(process + torch/sae_lens imports + model load), 'steady' counts only ranges after the first commit. Issue "
+        "20 asks for the ratio and the Ray overhead at this size, no target.",
+        timeout_s=1800,
+    ),
 )  # fmt: skip
 
 

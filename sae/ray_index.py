@@ -30,6 +30,7 @@ import os
 import shutil
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -275,11 +276,13 @@ def index_sae_ray(
     mask_policy: MaskPolicy | None = None,
     sae_path: str | None = None,
     sae_metrics: dict[str, Any] | None = None,
+    on_commit: Callable[[StagedRange], None] | None = None,
 ) -> IndexResult:
     """`index_sae` on Ray: the same rows, statistics and resume semantics, with the driver the store's sole writer.
 
     `model` (loaded here for the checks and the statistics) is reloaded by name on every worker; the SAE is loaded
-    there from `sae_path` when that is a folder, else shipped through Ray's object store.
+    there from `sae_path` when that is a folder, else shipped through Ray's object store. `on_commit` is called
+    after each range this call commits (progress display, benchmarks).
     """
     cfg = config or IndexConfig()
     rcfg = ray_index or RayIndexConfig()
@@ -341,6 +344,8 @@ def index_sae_ray(
                         new_windows += staged.n_windows
                         new_rows += staged.n_rows
                         log.info("committed range %d-%d: %d rows", staged.start, staged.end, staged.n_rows)
+                        if on_commit is not None:
+                            on_commit(staged)
                     for path in (staged.windows_file, staged.activations_file):
                         Path(path).unlink(missing_ok=True)
                     if queue:
