@@ -135,6 +135,7 @@ def test_workers_serve_cached_answers_from_the_snapshot(planted_pair, tmp_path, 
 
 
 def cli(*args: str) -> subprocess.Popen:
+    """`sae-workbench explain *args` in a child process (the driver the test kills)."""
     return subprocess.Popen(
         [sys.executable, "-m", "sae_workbench", "explain", *args],
         env={**os.environ, "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"},
