@@ -7,8 +7,11 @@ on 127.0.0.1 (tests/fake_llm.py); the stores are real DuckDB files over real win
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -48,6 +51,7 @@ def explained_pair(tmp_path_factory, tiny_model) -> tuple[Path, Path]:
                 range(5)
             )
     shutil.copy(folder / "store.duckdb", folder / "copy.duckdb")
+    shutil.copy(folder / "store.duckdb", folder / "cli.duckdb")
     return folder / "store.duckdb", folder / "copy.duckdb"
 
 
@@ -85,3 +89,25 @@ def test_cosy_stays_local(explained_pair):
     """CoSy needs the model and the SAE in the driver: the Ray backend refuses it before starting anything."""
     with pytest.raises(ScoreConfigError, match="backend local"):
         run_scoring_ray(Store.open(explained_pair[1]), PLANTED_SAE, ScoreConfig("cosy"), progress=False)
+
+
+@pytest.mark.slow
+def test_cli_score_backend_ray_joins_the_cluster_and_resumes(explained_pair, ray_cluster):
+    """`workbench score --backend ray --ray-address A` scores every explanation once; the rerun skips them all."""
+    path = explained_pair[0].with_name("cli.duckdb")
+    address = ray_cluster.get_runtime_context().gcs_address
+    args = [sys.executable, "-m", "sae_workbench", "score", "--store", str(path), "--sae", PLANTED_SAE,
+            "--scorer", "simulation", "--negatives", "random_negative", "--no-progress", "--backend", "ray",
+            "--ray-address", address, "--ray-workers", "2"]  # fmt: skip
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+    first = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "scored 8, skipped 0" in first.stdout and "2 dead" in first.stdout, first.stdout
+    again = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "scored 0, skipped 10" in again.stdout, again.stdout
+    keys = (
+        Store.open(path, read_only=True)
+        .query("SELECT count(DISTINCT score_key) AS k FROM scores")
+        .to_pylist()
+    )
+    assert keys[0]["k"] == 10
