@@ -59,6 +59,8 @@ def explain(
     from sae_workbench.store import Store
 
     check_backend(backend)
+    if llm_qps is not None and backend != "ray":
+        raise typer.BadParameter("--llm-qps is the Ray workers' shared limit: pass it with --backend ray")
     status = endpoint_status(
         llm_model or None, llm_base_url or None, api_key_env=api_key_env, concurrency=max(1, concurrency)
     )

@@ -133,6 +133,8 @@ def score(
     from sae_workbench.store import Store
 
     check_backend(backend)
+    if llm_qps is not None and backend != "ray":
+        raise typer.BadParameter("--llm-qps is the Ray workers' shared limit: pass it with --backend ray")
     config = ScoreConfig(
         scorer=scorer,
         negatives=negatives.upper(),
