@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -60,11 +61,13 @@ def main() -> None:
         start = time.perf_counter()
         single, feat = build(folder / "single.duckdb", args.rows)
         build_s = time.perf_counter() - start
+        print(f"built the single file in {build_s:.1f} s", file=sys.stderr, flush=True)
         shutil.copy(single.path, folder / "parted.duckdb")
         parted = Store.open(folder / "parted.duckdb")
         start = time.perf_counter()
-        (report,) = parted.graduate(str(folder / "root"))
+        (report,) = parted.graduate(str(folder / "root"), windows=False)
         graduate_s = time.perf_counter() - start
+        print(f"graduated in {graduate_s:.1f} s", file=sys.stderr, flush=True)
         parquet_mib = sum(f.stat().st_size for f in (folder / "root").rglob("*.parquet")) / 2**20
         rng = np.random.default_rng(3)
         counts = np.bincount(feat, minlength=D_SAE)

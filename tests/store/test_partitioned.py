@@ -270,3 +270,15 @@ def test_graduate_replaces_stray_files_and_refuses_what_it_cannot_do(pair, tmp_p
     with pytest.raises(StoreError, match="moved to Parquet"):
         again.add_windows("c", np.array([99]), np.ones((1, T), np.int32), np.ones((1, T), bool), ["x"],
                           [["x"] * T], ["s"], np.zeros(1, np.int64))  # fmt: skip
+
+
+def test_graduate_skips_a_corpus_without_stored_windows(tmp_path: Path) -> None:
+    s = Store.open(tmp_path / "bare.duckdb")
+    s.register_sae("sae", "tiny", "blocks.0.hook_resid_post", 4, 1024, {})
+    s.start_index("sae", "nowhere", T, None, {})
+    s.add_activations("sae", pa.table({"feature": np.array([5, 300], np.int32), "window_id": np.array([0, 1]),
+                                       "position": np.array([1, 2], np.int16), "value": np.array([1.0, 2.0], np.float32)}))  # fmt: skip
+    s.finalize_index("sae")
+    reports = s.graduate(str(tmp_path / "root"))
+    assert [(r.kind, r.n_rows, r.n_buckets) for r in reports] == [("activations", 2, 2)]
+    assert s.windows_root("nowhere") is None and s.top_examples("sae", 300, 5)[0].window_id == 1

@@ -131,8 +131,17 @@ class Graduation(Indexing):
         reports = [self._graduate_one("activations", sae_id, root) for sae_id in sae_ids]
         if windows:
             corpora = sorted({self._indexed(s).corpus for s in sae_ids})
-            reports += [self._graduate_one("windows", corpus, root) for corpus in corpora]
+            reports += [
+                self._graduate_one("windows", corpus, root)
+                for corpus in corpora
+                if self.windows_root(corpus) is not None or self._table_windows(corpus)
+            ]  # a corpus without stored windows has nothing to move
         return reports
+
+    def _table_windows(self, corpus: str) -> int:
+        """Windows of `corpus` in the `windows` table."""
+        with self._conn() as conn:
+            return count(conn.execute("SELECT count(*) FROM windows WHERE corpus = ?", [corpus]))
 
     def _ledger_root(self, kind: Kind, key: str) -> str | None:
         """Where the ledger says `key`'s rows live (None: in the table)."""
