@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import logging
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -84,18 +85,45 @@ class Upstream:
 
 
 @dataclass
-class AttributeSummary:
-    """What a run did."""
+class JobSummary:
+    """What a per-feature batch job over stored top examples did (attribution, interactions)."""
 
     features: int = 0
-    attributions: int = 0
-    """New attribution rows stored."""
-    effects: int = 0
-    """New effect rows stored."""
     skipped: int = 0
     """Results already stored (resumed)."""
     no_examples: list[int] = field(default_factory=lambda: list[int]())
     """Features with no activating window in the index."""
+
+    def no_examples_note(self) -> str:
+        """ "; no activating window for N features" when there were some, else ""."""
+        return f"; no activating window for {len(self.no_examples)} features" if self.no_examples else ""
+
+
+@dataclass
+class AttributeSummary(JobSummary):
+    """What a run did."""
+
+    attributions: int = 0
+    """New attribution rows stored."""
+    effects: int = 0
+    """New effect rows stored."""
+
+
+def top_examples_of(
+    store: Store, sae_id: str, features: list[int], n: int, summary: JobSummary, desc: str, progress: bool
+) -> Iterator[tuple[int, list[Any], list[Any]]]:
+    """(feature, its top `n` examples, their windows) of each feature with examples, under a progress bar;
+    counts features and those without an activating window in `summary`."""
+    corpus = store.index_progress(sae_id)
+    if corpus is None:
+        raise AttributionError(f"SAE {sae_id} is not indexed in {store.path}: run `workbench index` first.")
+    for feature in tqdm(features, desc=desc, unit="feature", disable=not progress):
+        summary.features += 1
+        examples = store.top_examples(sae_id, feature, n)
+        if not examples:
+            summary.no_examples.append(feature)
+            continue
+        yield feature, examples, store.get_windows(corpus.corpus, [e.window_id for e in examples])
 
 
 def config_key(**parts: Any) -> str:
@@ -151,23 +179,13 @@ def run_attribution(
         raise AttributeConfigError(
             "the upstream level needs an upstream SAE (--upstream-sae), and an upstream SAE needs the upstream level"
         )
-    record = store.get_sae(sae_id)
-    corpus = store.index_progress(sae_id)
-    if corpus is None:
-        raise AttributeConfigError(
-            f"SAE {sae_id} is not indexed in {store.path}: run `workbench index` first."
-        )
-    hook = record.hook
+    hook = store.get_sae(sae_id).hook
     stored = store.stored_attribution_keys(sae_id)
     summary = AttributeSummary()
     settings = {k: v for k, v in asdict(config).items() if k not in ("examples", "levels", "baselines")}
-    for feature in tqdm(features, desc="attribute", unit="feature", disable=not progress):
-        summary.features += 1
-        examples = store.top_examples(sae_id, feature, config.examples)
-        if not examples:
-            summary.no_examples.append(feature)
-            continue
-        windows = store.get_windows(corpus.corpus, [e.window_id for e in examples])
+    for feature, examples, windows in top_examples_of(
+        store, sae_id, features, config.examples, summary, "attribute", progress
+    ):
         rows: list[AttributionRecord] = []
         for ex, window in zip(examples, windows, strict=True):
             tokens_N = torch.as_tensor(window.tokens, dtype=torch.long)

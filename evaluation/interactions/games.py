@@ -146,13 +146,16 @@ def _prepare(
 
 def token_game(
     model: HookedTransformer, sae: SAE[Any], hook: str, tokens_N: torch.Tensor, feature: int,
-    position: int = -1, value: str = "post", mask: str = "unk", batch_size: int = BATCH,
+    position: int = -1, value: str = "post", mask: str = "unk", batch_size: int = BATCH, include_target: bool = False,
 ) -> FeatureGame:  # fmt: skip
-    """Players: the tokens before the target (BOS kept); masked = the mask embedding at hook_embed."""
+    """Players: the tokens before the target (BOS kept); masked = the mask embedding at hook_embed.
+
+    `include_target` also makes the target token a player (its embedding masked, its position kept), so a term
+    like ("river", " bank") at " bank" itself is measurable; the spec's default keeps the target (B.3)."""
     _choice("mask", mask, MASKS)
     tokens_N, _ = _prepare(model, sae, hook, tokens_N, feature, position, value)
     first = first_player(model, tokens_N)
-    players = list(range(first, len(tokens_N) - 1))
+    players = list(range(first, len(tokens_N) - (0 if include_target else 1)))
     if len(players) < 2:
         raise PlayerError(f"only {len(players)} token(s) before the target: pick a later position.")
     mask_D, mask_name = mask_embedding(model, mask)

@@ -9,16 +9,15 @@ rerun skips what is stored. A feature that does not respond to masking is stored
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 from sae_lens import SAE
-from tqdm import tqdm
 from transformer_lens import HookedTransformer
 
-from sae_workbench.evaluation.attribution.job import config_key
-from sae_workbench.evaluation.interactions.errors import ConstantGameError, InteractionsError, PlayerError
+from sae_workbench.evaluation.attribution.job import JobSummary, config_key, top_examples_of
+from sae_workbench.evaluation.interactions.errors import ConstantGameError, PlayerError
 from sae_workbench.evaluation.interactions.feature import feature_game
 from sae_workbench.evaluation.interactions.games import HEAD_ABLATIONS, MASKS, PLAYER_TYPES, VALUES
 from sae_workbench.evaluation.interactions.shapiq_adapter import require
@@ -70,17 +69,13 @@ class InteractConfig:
 
 
 @dataclass
-class InteractSummary:
+class InteractSummary(JobSummary):
     """What a run did."""
 
-    features: int = 0
     stored: int = 0
     """New results stored (constant ones included)."""
     constant: int = 0
     """Results whose value function was constant (the feature does not respond to masking)."""
-    skipped: int = 0
-    """Results already stored (resumed)."""
-    no_examples: list[int] = field(default_factory=lambda: list[int]())
 
 
 def text_hash(tokens_N: torch.Tensor) -> str:
@@ -107,19 +102,12 @@ def run_interactions(
             "the upstream players need an upstream SAE (--upstream-sae), and only they use one."
         )
     record = store.get_sae(sae_id)
-    corpus = store.index_progress(sae_id)
-    if corpus is None:
-        raise InteractionsError(f"SAE {sae_id} is not indexed in {store.path}: run `workbench index` first.")
     stored = store.stored_interaction_keys(sae_id)
     summary = InteractSummary()
     extra = {"upstream": [upstream[2], upstream[1]]} if upstream is not None else {}
-    for feature in tqdm(features, desc="interactions", unit="feature", disable=not progress):
-        summary.features += 1
-        examples = store.top_examples(sae_id, feature, config.examples)
-        if not examples:
-            summary.no_examples.append(feature)
-            continue
-        windows = store.get_windows(corpus.corpus, [e.window_id for e in examples])
+    for feature, examples, windows in top_examples_of(
+        store, sae_id, features, config.examples, summary, "interactions", progress
+    ):
         for ex, window in zip(examples, windows, strict=True):
             tokens_N = torch.as_tensor(window.tokens, dtype=torch.long)[: ex.max_position + 1]
             game = feature_game(
@@ -127,8 +115,9 @@ def run_interactions(
                 config.ablation, None if upstream is None else (upstream[0], upstream[1]),
             )  # fmt: skip
             budget = budget_for(game.n) if config.budget is None else config.budget
+            digest = text_hash(tokens_N)
             parts = dict(
-                sae_id=sae_id, feature=feature, text=text_hash(tokens_N), players=config.players, budget=budget,
+                sae_id=sae_id, feature=feature, text=digest, players=config.players, budget=budget,
                 seed=config.seed, value=config.value, mask=config.mask, ablation=config.ablation,
                 index=config.index, grid=config.grid, version=JOB_VERSION, **extra,
             )  # fmt: skip
@@ -149,7 +138,7 @@ def run_interactions(
                 result, status = {"message": str(err), "labels": game.labels, "meta": meta}, "constant"
                 summary.constant += 1
             row = InteractionRecord(
-                sae_id, feature, parts["text"], config.players, budget, config.seed, ex.window_id,
+                sae_id, feature, digest, config.players, budget, config.seed, ex.window_id,
                 ex.max_position, status, result, key,
             )  # fmt: skip
             summary.stored += store.add_interactions([row])

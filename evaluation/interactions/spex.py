@@ -64,11 +64,15 @@ class InteractionResult:
     """Test R^2 of proxyspex, shapley and banzhaf on TEST_MASKS fresh uniform masks."""
     n_moebius: int
     """Non-zero Möbius coefficients ProxySPEX kept."""
+    moebius: tuple[tuple[tuple[int, ...], float], ...]
+    """Every kept Möbius coefficient (players, value), largest |value| first: the whole sparse model."""
     degenerate: bool
     """The trees found no split (e.g. a pure parity game): the proxy is the training mean."""
     evaluations: int
     """Value-function evaluations (ProxySPEX + KernelSHAP + test masks + the two extremes)."""
     wall_s: float
+    game_s: float
+    """Of `wall_s`, the seconds spent in the value function (the model forwards); the rest is mostly LightGBM."""
     meta: dict[str, Any] = dataclasses.field(default_factory=lambda: dict[str, Any]())
     """What the game was (feature, position, player type, masking); filled by `feature_interactions`."""
 
@@ -83,12 +87,15 @@ class _Recorder:
     def __init__(self, game: Game) -> None:
         self.game = game
         self.calls = 0
+        self.seconds = 0.0
         self.X: np.ndarray | None = None
         self.y: np.ndarray | None = None
 
     def __call__(self, masks: np.ndarray) -> np.ndarray:
         masks = np.asarray(masks, dtype=bool)
+        started = time.perf_counter()
         y = np.asarray(self.game(masks), dtype=float).reshape(-1)
+        self.seconds += time.perf_counter() - started
         self.calls += len(masks)
         if self.X is None:
             self.X, self.y = masks, y
@@ -191,5 +198,7 @@ def explain_game(
     return InteractionResult(
         n_players=n, labels=labels, budget=budget, seed=seed, index=index, empty_value=float(extremes[0]),
         full_value=float(extremes[1]), top_terms=top, singletons=tuple(singles), order2=order2, r2=r2,
-        n_moebius=len(moebius), degenerate=degenerate, evaluations=recorder.calls, wall_s=time.perf_counter() - start,
+        n_moebius=len(moebius), moebius=tuple(sorted(moebius.items(), key=lambda kv: -abs(kv[1]))),
+        degenerate=degenerate, evaluations=recorder.calls, wall_s=time.perf_counter() - start,
+        game_s=recorder.seconds,
     )  # fmt: skip

@@ -9,7 +9,13 @@ import pytest
 
 from sae_workbench.app import queries, render
 from sae_workbench.store import Store
-from tests.app.sample_store import PLANTED_CONTINUATION, PLANTED_TOP_COMPONENT, SampleStore
+from tests.app.sample_store import (
+    PLANTED_CONTINUATION,
+    PLANTED_INTERACTION,
+    PLANTED_R2,
+    PLANTED_TOP_COMPONENT,
+    SampleStore,
+)
 from tests.app.test_app_pages import markdown_text, run_page
 
 
@@ -81,3 +87,33 @@ def test_playground_depass_shares_of_typed_text_add_up_at_the_peak(sample: Sampl
     assert len(acts) == len(encoded.token_strings) and all(a == 0.0 for a in acts[peak + 1 :])  # causal cut
     with pytest.raises(queries.PlaygroundError):
         queries.run_playground_depass(record, str(sample.sae_dir), text, None, sample.d_sae, peak)
+
+
+# The "Interactions" section (issue 22): the planted ProxySPEX rows (sample_store.py `_add_interactions`).
+
+
+def test_feature_page_shows_planted_interactions_and_r2_table(sample: SampleStore, monkeypatch) -> None:
+    at = run_page(
+        "feature", sample.path, monkeypatch, sae=sample.sae_id, feature=str(sample.explained_feature)
+    )
+    assert "Interactions" in [s.value for s in at.subheader]
+    terms = [d.value for d in at.dataframe if "interaction" in d.value.columns]
+    assert len(terms) == 1
+    first, second, value = PLANTED_INTERACTION
+    row = terms[0].iloc[0]
+    assert row["interaction"] == f"{first!r} × {second!r}" and row["Möbius"] == pytest.approx(value)
+    assert row["singletons"] == "+0.100, -0.200"
+    metrics = {m.label: m.value for m in at.metric}
+    assert metrics["R² ProxySPEX"] == f"{PLANTED_R2['proxyspex']:.3f}"
+    assert metrics["R² Shapley"] == f"{PLANTED_R2['shapley']:.3f}"
+    assert metrics["R² Banzhaf"] == f"{PLANTED_R2['banzhaf']:.3f}"
+    captions = [c.value for c in at.caption]
+    assert any("heads" in c and "constant" in c for c in captions)  # the constant result says so, no table
+    assert any(c.startswith("FBII at order 2:") for c in captions)
+
+
+def test_feature_page_without_interactions_gives_the_command(sample: SampleStore, monkeypatch) -> None:
+    at = run_page("feature", sample.path, monkeypatch, sae=sample.sae_id, feature=str(sample.plain_feature))
+    hint = queries.interactions_command(sample.sae_id, sample.plain_feature)
+    assert any(hint in c.value and "[interactions]" in c.value for c in at.caption)
+    assert not [d for d in at.dataframe if "interaction" in d.value.columns]

@@ -151,6 +151,7 @@ def test_feature_games_keep_everything_equals_the_indexed_activation(sample, pla
     assert values[1] != pytest.approx(values[0])  # masking every player changes it
 
 
+@pytest.mark.slow
 def test_feature_interactions_on_the_tiny_model_reconstructs(sample):
     store = Store.open(sample.path, read_only=True)
     model, sae = load_model(MODEL), load_sae(str(sample.sae_dir))
@@ -162,6 +163,7 @@ def test_feature_interactions_on_the_tiny_model_reconstructs(sample):
     assert r.labels and len(r.singletons) == r.n_players
 
 
+@pytest.mark.slow
 def test_cli_stores_interactions_and_a_rerun_skips(sample):
     args = [
         "interactions", "--store", str(sample.path), "--sae", sample.sae_id, "--sae-path", str(sample.sae_dir),

@@ -72,8 +72,7 @@ def attribute(
     summary = run_attribution(db, model, loaded, sae, wanted, config, progress=progress, upstream=upstream)
     typer.echo(
         f"attributed {summary.features} features: {summary.attributions} new attributions, {summary.effects} new "
-        f"effects, {summary.skipped} already stored"
-        + (f"; no activating window for {len(summary.no_examples)} features" if summary.no_examples else "")
+        f"effects, {summary.skipped} already stored" + summary.no_examples_note()
     )
     if export_graphs is not None:
         paths = write_graphs(db, sae, wanted, export_graphs, model.tokenizer)

@@ -64,5 +64,5 @@ def interactions(
     typer.echo(
         f"interactions of {summary.features} features: {summary.stored} new results "
         f"({summary.constant} constant: the feature does not respond to masking), {summary.skipped} already stored"
-        + (f"; no activating window for {len(summary.no_examples)} features" if summary.no_examples else "")
+        + summary.no_examples_note()
     )
