@@ -361,8 +361,13 @@ class RayExplainBackend:
 
     async def stop(self) -> None:
         """Stop the workers and the limiter (and Ray, if `start` started it)."""
-        if self._pending is not None:
-            self._send()
+        if self._linger is not None:
+            self._linger.cancel()
+            self._linger = None
+        batch, self._pending = self._pending, None
+        for fut in batch.futures if batch is not None else []:  # never sent: the job is stopping
+            if not fut.done():
+                fut.set_exception(RemoteExplainError("the job stopped before this feature was sent"))
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
