@@ -19,12 +19,19 @@ windows as in a single-process run (tests/sae/test_ray_index.py checks `EXCEPT A
 
 Cluster use: the workers must see the corpus, the SAE folder (or get the SAE shipped through the object store) and
 the staging folder (a shared filesystem); the model is loaded by name on each worker.
-TODO (issue 20 item 3, reduce): write the feature-partitioned Parquet layout (store/partitioned.py) with one reduce
-task per feature bucket instead of finalizing into the single-file `activations` table.
+
+Partitioned stores (`partition_root`, or a store whose partitioned SAEs share one root): the committed range files
+keep the rows (the ledger names them, under `<staging>/committed/`) and, once every range is in, one Ray task per
+feature bucket (`reduce_bucket`) writes `<root>/activations/sae_id=<id>/fb=<fb>/part-<hash>.parquet` sorted by
+(feature, value desc) with ranks (store/partitioned.py's `write_bucket`); the driver then commits the layout with the
+SAE's `activation_partitions` row. A crash before that row reruns the reduce (same file names: overwritten).
+TODO: a per-bucket ledger (`index_buckets`) so a rerun redoes only unfinished buckets, and map outputs pre-split by
+bucket so a reduce task reads only its bucket's rows rather than scanning every range file.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import shutil
@@ -43,6 +50,7 @@ from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
 from sae_workbench.corpus import Corpus, MaskPolicy, WindowBatch, iter_windows
+from sae_workbench.errors import WorkbenchError
 from sae_workbench.faults import FAULT_ENV, fail_point
 from sae_workbench.raycluster import RayConfig, ray_session
 from sae_workbench.sae.indexing import (
@@ -55,7 +63,19 @@ from sae_workbench.sae.indexing import (
     window_rows,
 )
 from sae_workbench.store import Store
-from sae_workbench.store.partitioned import config_hash8, sae_segment
+from sae_workbench.store.partitioned import (
+    BUCKET_SIZE,
+    activations_dir,
+    config_hash8,
+    filesystem,
+    fs_path,
+    join,
+    normalise_root,
+    part_name,
+    sae_dir,
+    sae_segment,
+    staging_dir,
+)
 from sae_workbench.store.ranges import IndexRange, StagedRange, file_sha256
 from sae_workbench.store.sql import list_column
 
@@ -101,6 +121,9 @@ class RayIndexConfig:
     """Times Ray reruns a range whose actor died."""
     staging_root: str | None = None
     """Folder for the workers' staging files (None: `<store folder>/staging`); must be shared on a cluster."""
+    partition_root: str | None = None
+    """Write the activations as feature-partitioned Parquet under this root (local or s3://) with one reduce task
+    per bucket, instead of into the store file (None: the root of the store's partitioned SAEs, if they share one)."""
 
 
 def range_windows(config: IndexConfig, ray_config: RayIndexConfig) -> int:
@@ -234,6 +257,65 @@ class Indexer:
         )
 
 
+def reduce_bucket(files: list[str], features: tuple[int, int], staged_path: str, final_path: str) -> int:
+    """Reduce task: one feature bucket's rows from every committed range file, sorted and ranked, to `final_path`
+    (written at `staged_path`, then moved; nothing is placed for an empty bucket); return its row count."""
+    import duckdb
+
+    from sae_workbench.store.partitioned import move_file, write_bucket
+
+    listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+    rows_sql = f"SELECT feature, window_id, position, value FROM read_parquet([{listed}]) WHERE feature >= ? AND feature < ?"
+    conn = duckdb.connect()
+    try:
+        n = write_bucket(conn, rows_sql, [features[0], features[1]], staged_path)
+    finally:
+        conn.close()
+    if n:
+        move_file(staged_path, final_path)
+    else:
+        filesystem(staged_path).rm(fs_path(staged_path))
+    return n
+
+
+def _reduce(
+    ray: Any, store: Store, sae_id: str, d_sae: int, root: str, config_hash: str, committed: str
+) -> int:
+    """Write `sae_id`'s buckets under `root` with one Ray task per bucket, then commit the layout (ledger row)."""
+    files = store.index_range_files(sae_id)
+    ranges = [(r.start, r.end) for r in store.index_ranges(sae_id)]
+    part = config_hash8({"sae_id": sae_id, "config": config_hash, "ranges": ranges})
+    task = ray.remote(num_cpus=1, max_retries=3)(reduce_bucket)
+    refs = []
+    for fb in range(-(-d_sae // BUCKET_SIZE)):
+        staged = join(staging_dir(root, f"index-{sae_id}"), f"fb={fb:05d}", part_name(part))
+        final = join(activations_dir(root, sae_id, fb), part_name(part))
+        refs.append(task.remote(files, (fb * BUCKET_SIZE, (fb + 1) * BUCKET_SIZE), staged, final))
+    n_rows = int(sum(ray.get(refs)))
+    fs = filesystem(root)
+    placed = fs_path(sae_dir(root, sae_id))
+    for path in (
+        fs.find(placed) if fs.exists(placed) else []
+    ):  # files of an earlier, different run of this SAE
+        if not str(path).endswith("/" + part_name(part)):
+            fs.rm(path)
+    staged_dir = fs_path(staging_dir(root, f"index-{sae_id}"))
+    if fs.exists(staged_dir):
+        fs.rm(staged_dir, recursive=True)
+    store.record_partitioned(sae_id, root, n_rows, part)
+    shutil.rmtree(committed, ignore_errors=True)
+    log.info("reduced %s into %d buckets under %s: %d rows", sae_id, len(refs), root, n_rows)
+    return n_rows
+
+
+def _partition_root(store: Store, ray_config: RayIndexConfig) -> str | None:
+    """Where this index writes Parquet: the configured root, else the one root the store's partitioned SAEs share."""
+    if ray_config.partition_root:
+        return normalise_root(ray_config.partition_root)
+    roots = set(store.partitioned_saes().values())
+    return roots.pop() if len(roots) == 1 else None
+
+
 def _remove_staged(root: str, sae_id: str) -> None:
     """Delete whatever staging files of `sae_id` are left (uncommitted or already committed: never read again)."""
     for kind in ("windows", "activations"):
@@ -294,6 +376,12 @@ def index_sae_ray(
     size = range_windows(cfg, rcfg)
     pending = plan_ranges(target_windows, size, progress.next_window, store.index_ranges(sae_id))
     staging_root = os.path.abspath(rcfg.staging_root or str(Path(store.path).parent / "staging"))
+    partition_root = _partition_root(store, rcfg)
+    committed_dir = os.path.join(staging_root, "committed", sae_segment(sae_id))
+    if pending and store.activations_root(sae_id) is not None:
+        raise WorkbenchError(
+            f"SAE {sae_id}'s activations are already partitioned Parquet; index more tokens into a new store."
+        )
     started = time.perf_counter()
     new_windows = new_rows = 0
     if pending:
@@ -340,24 +428,36 @@ def index_sae_ray(
                     [ref], _ = ray.wait(list(in_flight), num_returns=1)
                     actor = in_flight.pop(ref)
                     staged: StagedRange = ray.get(ref)
-                    if store.commit_index_range(sae_id, corpus.name, staged, config_hash):
+                    if partition_root is not None:  # rows stay in their file until the reduce step
+                        kept = os.path.join(committed_dir, os.path.basename(staged.activations_file))
+                        os.makedirs(committed_dir, exist_ok=True)
+                        shutil.move(staged.activations_file, kept)
+                        staged = dataclasses.replace(staged, activations_file=kept)
+                    if store.commit_index_range(
+                        sae_id, corpus.name, staged, config_hash, rows_in_table=partition_root is None
+                    ):
                         new_windows += staged.n_windows
                         new_rows += staged.n_rows
                         log.info("committed range %d-%d: %d rows", staged.start, staged.end, staged.n_rows)
                         if on_commit is not None:
                             on_commit(staged)
-                    for path in (staged.windows_file, staged.activations_file):
-                        Path(path).unlink(missing_ok=True)
+                    Path(staged.windows_file).unlink(missing_ok=True)
+                    if partition_root is None:  # else the committed range file feeds the reduce step
+                        Path(staged.activations_file).unlink(missing_ok=True)
                     if queue:
                         submit(actor)
             finally:
                 for handle in actors:
                     ray.kill(handle)
     _remove_staged(staging_root, sae_id)
-    seconds = time.perf_counter() - started
     progress = store.index_progress(sae_id)
     assert progress is not None
-    if not plan_ranges(target_windows, size, progress.next_window, store.index_ranges(sae_id)):
+    done = not plan_ranges(target_windows, size, progress.next_window, store.index_ranges(sae_id))
+    if done and partition_root is not None and store.activations_root(sae_id) is None:
+        with ray_session(ray_config) as ray:
+            _reduce(ray, store, sae_id, sae.cfg.d_sae, partition_root, config_hash, committed_dir)
+    seconds = time.perf_counter() - started
+    if done:
         finish_index(store, sae_id, sae, model, cfg)
     result = IndexResult(sae_id, new_windows, new_windows * cfg.context_size, new_rows, seconds)
     log.info(

@@ -191,7 +191,8 @@ def test_sigkilled_driver_then_rerun_commits_every_range_once(
 
 
 def test_index_cli_backend_ray(ray_cluster, corpus_file: Path, local_store: Store, tmp_path: Path) -> None:
-    """`workbench index --backend ray` (the actor loads the SAE from its folder) stores what the local backend does."""
+    """`workbench index --backend ray --partition-root` (SAE loaded by the actor from its folder; one reduce task per
+    feature bucket writes the Parquet layout) stores what the local backend does."""
     from typer.testing import CliRunner
 
     from sae_workbench import cli
@@ -202,13 +203,19 @@ def test_index_cli_backend_ray(ray_cluster, corpus_file: Path, local_store: Stor
     cli._register_stage_commands()  # pyright: ignore[reportPrivateUsage]
     args = ["index", "--store", str(store_path), "--sae", str(sae_dir), "--model", "tiny", "--hook", HOOK,
             "--corpus", str(corpus_file), "--tokens", str(WINDOWS * CTX), "--context-size", str(CTX),
-            "--batch-size", str(BATCH), "--backend", "ray", "--workers", "1"]  # fmt: skip
+            "--batch-size", str(BATCH), "--backend", "ray", "--workers", "1",
+            "--partition-root", str(tmp_path / "parquet")]  # fmt: skip
     result = CliRunner().invoke(cli.app, args)
     assert result.exit_code == 0, result.output
     assert f"{WINDOWS} new windows" in result.output
     store = Store.open(store_path)
     [record] = store.list_saes()
-    assert store.activation_count(record.sae_id) == local_store.activation_count(
-        local_store.list_saes()[0].sae_id
-    )
     assert store.index_ranges(record.sae_id)  # committed through the ledger, not the local loop
+    # The reduce step wrote the partitioned layout: one sorted, ranked bucket file (128 features < 256), no row in
+    # the store file, and every read answers as the local single-file store does.
+    assert store.activations_root(record.sae_id) == str(tmp_path / "parquet")
+    [bucket] = (tmp_path / "parquet" / "activations").rglob("*.parquet")
+    assert bucket.parent.name == "fb=00000"
+    assert pq.read_metadata(bucket).num_rows == store.activation_count(record.sae_id)
+    assert_same_index(store, local_store)
+    assert not any((tmp_path / "staging").rglob("*.parquet"))

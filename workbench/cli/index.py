@@ -39,6 +39,11 @@ def index(
     workers: int | None = typer.Option(
         None, help="--backend ray: indexer actors (default: one per GPU on cuda, else one per CPU)."
     ),
+    partition_root: str | None = typer.Option(
+        None,
+        help="--backend ray: write the activations as feature-partitioned Parquet under this root (local or s3://) "
+        "with one reduce task per bucket (default: the root of the store's partitioned SAEs, if any).",
+    ),
 ) -> None:
     """Run the model + SAE over a corpus and store sparse activations, windows and per-feature statistics."""
     from sae_workbench.raycluster import check_backend
@@ -90,7 +95,7 @@ def index(
         from sae_workbench.raycluster import RayConfig
         from sae_workbench.sae.ray_index import RayIndexConfig, index_sae_ray
 
-        ray_index = RayIndexConfig(workers=workers, device=device)
+        ray_index = RayIndexConfig(workers=workers, device=device, partition_root=partition_root)
         ray_config = RayConfig(address=ray_address)
         result = index_sae_ray(
             opened,

@@ -14,10 +14,11 @@ from __future__ import annotations
 import hashlib
 from dataclasses import dataclass
 from pathlib import Path
+from typing import cast
 
 from sae_workbench.store.base import StoreBase
 from sae_workbench.store.errors import NotIndexedError, StoreError
-from sae_workbench.store.sql import dumps, first
+from sae_workbench.store.sql import dumps, first, loads
 
 
 @dataclass(frozen=True)
@@ -75,6 +76,14 @@ def _literal(path: str) -> str:
 class IndexRanges(StoreBase):
     """The `index_ranges` ledger (migration 6)."""
 
+    def index_range_files(self, sae_id: str) -> list[str]:
+        """The activation files of `sae_id`'s committed ranges, by range start (what a partitioned reduce reads)."""
+        with self._conn() as conn:
+            rows = conn.execute(
+                "SELECT files FROM index_ranges WHERE sae_id = ? ORDER BY range_start", [sae_id]
+            ).fetchall()
+        return [str(cast(dict[str, list[str]], loads(row[0]))["activations"][0]) for row in rows]
+
     def index_ranges(self, sae_id: str) -> list[IndexRange]:
         """Committed ranges of `sae_id`, by start."""
         with self._conn() as conn:
@@ -85,11 +94,15 @@ class IndexRanges(StoreBase):
             ).fetchall()
         return [IndexRange(int(r[0]), int(r[1]), int(r[2]), int(r[3])) for r in rows]
 
-    def commit_index_range(self, sae_id: str, corpus: str, staged: StagedRange, config_hash: str) -> bool:
+    def commit_index_range(
+        self, sae_id: str, corpus: str, staged: StagedRange, config_hash: str, rows_in_table: bool = True
+    ) -> bool:
         """Store one staged range atomically (windows, activation rows, ledger row, progress); False if any of its
         windows is already indexed (committed range, or below the progress marker), in which case nothing changes.
 
-        StoreError when a staging file's checksum differs from the one its worker returned.
+        `rows_in_table=False` leaves the activation rows in their file (the ledger names it): a partitioned index
+        whose reduce step writes the Parquet buckets from the committed range files. StoreError when a staging
+        file's checksum differs from the one its worker returned.
         """
         for path, digest in (
             (staged.windows_file, staged.windows_sha256),
@@ -116,11 +129,12 @@ class IndexRanges(StoreBase):
                 f"mask FROM read_parquet({_literal(staged.windows_file)}) WHERE corpus = ?",
                 [corpus],
             ).fetchall()
-            conn.execute(
-                "INSERT INTO activations_staging SELECT ?, feature, window_id, position, value "
-                f"FROM read_parquet({_literal(staged.activations_file)})",
-                [sae_id],
-            ).fetchall()
+            if rows_in_table:
+                conn.execute(
+                    "INSERT INTO activations_staging SELECT ?, feature, window_id, position, value "
+                    f"FROM read_parquet({_literal(staged.activations_file)})",
+                    [sae_id],
+                ).fetchall()
             conn.execute(
                 "INSERT INTO index_ranges (sae_id, range_start, range_end, n_tokens, n_rows, files, config_hash) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",
@@ -132,8 +146,8 @@ class IndexRanges(StoreBase):
                     staged.n_rows,
                     dumps(
                         {
-                            staged.windows_file: staged.windows_sha256,
-                            staged.activations_file: staged.activations_sha256,
+                            "windows": [staged.windows_file, staged.windows_sha256],
+                            "activations": [staged.activations_file, staged.activations_sha256],
                         }
                     ),
                     config_hash,
