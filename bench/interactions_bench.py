@@ -99,7 +99,9 @@ def main() -> None:
         "--quick", action="store_true", help="one LightGBM configuration instead of the 8 x 5-fold grid"
     )
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--mask", default="unk", help="unk (tokenizer unk, else eos) or mean (the mean embedding)")
+    ap.add_argument(
+        "--mask", default="unk", help="unk (tokenizer unk, else eos) or mean (the mean embedding)"
+    )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
     torch.set_num_threads(2)
