@@ -9,7 +9,7 @@ rerun skips what is stored. A feature that does not respond to masking is stored
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
@@ -76,6 +76,8 @@ class InteractSummary(JobSummary):
     """New results stored (constant ones included)."""
     constant: int = 0
     """Results whose value function was constant (the feature does not respond to masking)."""
+    too_few_players: list[int] = field(default_factory=lambda: list[int]())
+    """Features with an example of fewer than 2 players (a peak right after BOS), skipped."""
 
 
 def text_hash(tokens_N: torch.Tensor) -> str:
@@ -110,10 +112,14 @@ def run_interactions(
     ):
         for ex, window in zip(examples, windows, strict=True):
             tokens_N = torch.as_tensor(window.tokens, dtype=torch.long)[: ex.max_position + 1]
-            game = feature_game(
-                model, sae, record.hook, tokens_N, feature, -1, config.players, config.value, config.mask,
-                config.ablation, None if upstream is None else (upstream[0], upstream[1]),
-            )  # fmt: skip
+            try:
+                game = feature_game(
+                    model, sae, record.hook, tokens_N, feature, -1, config.players, config.value, config.mask,
+                    config.ablation, None if upstream is None else (upstream[0], upstream[1]),
+                )  # fmt: skip
+            except PlayerError:  # e.g. a peak at position 1: fewer than 2 players, nothing to interact
+                summary.too_few_players.append(feature)
+                continue
             budget = budget_for(game.n) if config.budget is None else config.budget
             digest = text_hash(tokens_N)
             parts = dict(

@@ -65,4 +65,9 @@ def interactions(
         f"interactions of {summary.features} features: {summary.stored} new results "
         f"({summary.constant} constant: the feature does not respond to masking), {summary.skipped} already stored"
         + summary.no_examples_note()
+        + (
+            f"; fewer than 2 players for {len(summary.too_few_players)} examples"
+            if summary.too_few_players
+            else ""
+        )
     )
