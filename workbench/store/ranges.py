@@ -6,7 +6,9 @@ range with `commit_index_range`, which in ONE transaction copies the windows and
 `activations_staging`, adds the ledger row and advances `index_runs` (next_window = end of the contiguous committed
 prefix, n_tokens). A crash before the commit leaves neither; after it, both. A range that overlaps a committed one is
 refused (returns False), so rerunning after a crash never stores a row twice, and a staging file is only ever read for
-the range the driver is committing, after its checksum matched the one the worker returned.
+the range the driver is committing, after its checksum matched the one the worker returned. A ledger row's `files` is
+{"windows": [path, sha256], "activations": [path, sha256]}; the activation file is kept (and read by the reduce step)
+only for a partitioned index (`rows_in_table=False`).
 """
 
 from __future__ import annotations
