@@ -44,8 +44,8 @@ class Activations(Indexing):
             if rows is not None:
                 return rows.dense(ids, progress.context_size)
         where, params = in_ids("window_id", [int(i) for i in ids])
-        acts, fb = self._activations_sql(sae_id), self._bucket_filter(sae_id, feature)
         with self._conn() as conn:
+            acts, fb = self._activations_sql(sae_id), self._bucket_filter(sae_id, feature)
             cols = numpy_columns(
                 conn,
                 f"SELECT window_id, position, value FROM {acts} WHERE sae_id = ? AND feature = ?{fb} AND {where}",
@@ -69,8 +69,8 @@ class Activations(Indexing):
     def _read_rows(self, sae_id: str, feature: int) -> FeatureRows | None:
         """Every activation row of a feature, or None when it has more than ROWS_CAP (one plain scan)."""
         cap = feature_rows.ROWS_CAP
-        acts, fb = self._activations_sql(sae_id), self._bucket_filter(sae_id, feature)
         with self._conn() as conn:
+            acts, fb = self._activations_sql(sae_id), self._bucket_filter(sae_id, feature)
             cols = numpy_columns(
                 conn,
                 f"SELECT window_id, position, value FROM {acts} WHERE sae_id = ? AND feature = ?{fb} LIMIT ?",
@@ -86,8 +86,8 @@ class Activations(Indexing):
         rows = self._session_rows(sae_id, feature) if self._in_session() else self._read_rows(sae_id, feature)
         if rows is not None:
             return rows.maxima()
-        acts, fb = self._activations_sql(sae_id), self._bucket_filter(sae_id, feature)
         with self._conn() as conn:
+            acts, fb = self._activations_sql(sae_id), self._bucket_filter(sae_id, feature)
             cols = numpy_columns(
                 conn,
                 f"SELECT window_id, max(value) AS m, arg_max(position, (value, -position)) AS p FROM {acts} "
@@ -110,8 +110,8 @@ class Activations(Indexing):
             if rows is not None:
                 ids, n = self._cached(("token_counts", sae_id), lambda: self._read_token_counts(progress))
                 return rows.text_scores(ids, n)
-        acts, fb = self._activations_sql(sae_id), self._bucket_filter(sae_id, feature)
         with self._conn() as conn:
+            acts, fb = self._activations_sql(sae_id), self._bucket_filter(sae_id, feature)
             cols = numpy_columns(
                 conn,
                 "WITH s AS (SELECT window_id, coalesce(sum(value) FILTER (WHERE position > 0), 0) AS total "
@@ -127,8 +127,8 @@ class Activations(Indexing):
 
     def _read_token_counts(self, progress: IndexProgress) -> tuple[np.ndarray, np.ndarray]:
         """(window ids ascending, tokens per window without BOS and padding) over the indexed windows."""
-        windows = self._windows_sql(progress.corpus)
         with self._conn() as conn:
+            windows = self._windows_sql(progress.corpus)
             cols = numpy_columns(
                 conn,
                 f"SELECT window_id, len(list_filter(mask[2:], lambda x: x)) AS n FROM {windows} "
@@ -141,13 +141,13 @@ class Activations(Indexing):
 
     def top_examples(self, sae_id: str, feature: int, k: int = 20) -> list[Example]:
         """The `k` windows with the highest max activation of `feature` (ties broken by window id)."""
-        self._indexed(sae_id)
-        if self.activations_root(sae_id) is not None:
-            ranked = self._top_by_rank(sae_id, feature, k)
-            if ranked is not None:
-                return ranked
-        acts, fb = self._activations_sql(sae_id), self._bucket_filter(sae_id, feature)
-        with self._conn() as conn:
+        with self._conn() as conn:  # one attachment for the lookups and the query
+            self._indexed(sae_id)
+            if self.activations_root(sae_id) is not None:
+                ranked = self._top_by_rank(sae_id, feature, k)
+                if ranked is not None:
+                    return ranked
+            acts, fb = self._activations_sql(sae_id), self._bucket_filter(sae_id, feature)
             rows = conn.execute(
                 f"SELECT window_id, max(value) AS m, arg_max(position, (value, -position)) FROM {acts} "
                 f"WHERE sae_id = ? AND feature = ?{fb} GROUP BY window_id ORDER BY m DESC, window_id LIMIT ?",
@@ -165,8 +165,8 @@ class Activations(Indexing):
         if k <= 0:
             return []
         n = max(RANK_PREFIX_PER_EXAMPLE * k, RANK_PREFIX_MIN)
-        acts, fb = self._activations_sql(sae_id), self._bucket_filter(sae_id, feature)
         with self._conn() as conn:
+            acts, fb = self._activations_sql(sae_id), self._bucket_filter(sae_id, feature)
             cols = numpy_columns(
                 conn,
                 f"SELECT window_id, position, value FROM {acts} WHERE sae_id = ? AND feature = ?{fb} AND rank < ?",

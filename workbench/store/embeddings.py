@@ -94,8 +94,8 @@ class Embeddings(Partitions):
 
     def windows_missing_embeddings(self, corpus: str, model: str) -> np.ndarray:
         """Ids of stored windows of `corpus` without an embedding by `model` (ascending)."""
-        windows = self._windows_sql(corpus)
         with self._conn() as conn:
+            windows = self._windows_sql(corpus)
             table = arrow(
                 conn,
                 f"SELECT w.window_id FROM {windows} w ANTI JOIN window_vectors e "

@@ -163,14 +163,14 @@ class Indexing(SAEs, Windows):
 
     def activation_count(self, sae_id: str, staged: bool = False) -> int:
         """Number of stored activation rows of `sae_id` (query table, or staging when `staged`)."""
-        table = "activations_staging" if staged else self._activations_sql(sae_id)
         with self._conn() as conn:
+            table = "activations_staging" if staged else self._activations_sql(sae_id)
             return count(conn.execute(f"SELECT count(*) FROM {table} WHERE sae_id = ?", [sae_id]))
 
     def activation_coordinates(self, sae_id: str) -> Table:
         """All (feature, window_id, position, value) rows of `sae_id` as Arrow (for vectorised statistics)."""
-        acts = self._activations_sql(sae_id)
         with self._conn() as conn:
+            acts = self._activations_sql(sae_id)
             return arrow(
                 conn, f"SELECT feature, window_id, position, value FROM {acts} WHERE sae_id = ?", [sae_id]
             )
@@ -182,8 +182,8 @@ class Indexing(SAEs, Windows):
     def _read_indexed(self, sae_id: str) -> np.ndarray:
         """indexed_window_ids without the session cache."""
         progress = self._indexed(sae_id)
-        windows = self._windows_sql(progress.corpus)
         with self._conn() as conn:
+            windows = self._windows_sql(progress.corpus)
             cols = numpy_columns(
                 conn,
                 f"SELECT window_id FROM {windows} WHERE corpus = ? AND window_id < ? ORDER BY window_id",

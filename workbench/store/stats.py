@@ -31,8 +31,8 @@ class Stats(Indexing):
         """(Re)compute density, max, mean, quantiles and histogram of every active feature in SQL; return features."""
         progress = self._indexed(sae_id)
         levels = [float(q) for q in quantile_levels]
-        acts = self._activations_sql(sae_id)
         with self._conn() as conn:
+            acts = self._activations_sql(sae_id)
             agg = arrow(
                 conn,
                 "SELECT feature, count(*) AS n_active, count(DISTINCT window_id) AS n_windows, max(value) AS mx, "

@@ -15,6 +15,13 @@ class Tokens(Indexing):
     ) -> tuple[int, list[TokenFeature]]:
         """(occurrences of `token` among the counted positions of `sae_id`'s indexed windows, the features active on
         them ranked by how often they fire, then by mean activation). Surrounding spaces of a token are ignored."""
+        with self.session():  # one attachment for the lookups and the queries
+            return self._features_for_token(sae_id, token, ignore_case, limit)
+
+    def _features_for_token(
+        self, sae_id: str, token: str, ignore_case: bool, limit: int
+    ) -> tuple[int, list[TokenFeature]]:
+        """features_for_token inside a session."""
         progress = self._indexed(sae_id)
         norm = "lower(trim(tok))" if ignore_case else "trim(tok)"
         wanted = token.strip().lower() if ignore_case else token.strip()
@@ -25,8 +32,8 @@ class Tokens(Indexing):
             f"WHERE counted AND {norm} = ?"
         )
         params = [progress.corpus, progress.next_window, wanted]
-        acts = self._activations_sql(sae_id)
         with self._conn() as conn:
+            acts = self._activations_sql(sae_id)
             total = count(conn.execute(f"SELECT count(*) FROM ({occurrences_sql})", params))
             rows = conn.execute(
                 f"WITH occ AS ({occurrences_sql}) SELECT a.feature, count(*) AS n, avg(a.value) AS mean, "

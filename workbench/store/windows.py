@@ -70,8 +70,8 @@ class Windows(Partitions):
     def get_windows(self, corpus: str, window_ids: Sequence[int] | np.ndarray) -> list[Window]:
         """Windows by id, in the order asked (missing ids raise StoreError)."""
         ids = [int(i) for i in window_ids]
-        windows, chunks = self._windows_sql(corpus), self._chunk_filter(corpus, ids)
         with self._conn() as conn:
+            windows, chunks = self._windows_sql(corpus), self._chunk_filter(corpus, ids)
             where, params = in_ids("window_id", ids)
             rows = conn.execute(
                 f'SELECT window_id, tokens, text, token_strings, source, "offset", mask FROM {windows} '
@@ -100,8 +100,8 @@ class Windows(Partitions):
         """(token display strings, (T,) bool mask) of windows by id — what records need, without the rest of a
         Window (missing ids raise StoreError)."""
         ids = [int(i) for i in window_ids]
-        windows, chunks = self._windows_sql(corpus), self._chunk_filter(corpus, ids)
         with self._conn() as conn:
+            windows, chunks = self._windows_sql(corpus), self._chunk_filter(corpus, ids)
             where, params = in_ids("window_id", ids)
             cols = numpy_columns(
                 conn,
@@ -117,8 +117,8 @@ class Windows(Partitions):
 
     def window_ids(self, corpus: str) -> np.ndarray:
         """All stored window ids of `corpus`, ascending, int64."""
-        windows = self._windows_sql(corpus)
         with self._conn() as conn:
+            windows = self._windows_sql(corpus)
             cols = numpy_columns(
                 conn, f"SELECT window_id FROM {windows} WHERE corpus = ? ORDER BY window_id", [corpus]
             )
