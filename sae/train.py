@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 
 from sae_workbench import defaults, paths
 from sae_workbench.errors import WorkbenchError
+from sae_workbench.faults import fail_point
 from sae_workbench.sae.data import ChunkSource, NanPolicy, ShuffledBatches
 from sae_workbench.sae.io import (
     TRAIN_RESULT_FILENAME,
@@ -407,6 +408,7 @@ def train_sae(
                 and trainer.n_training_samples < total
             ):
                 _save_checkpoint(trainer, batches, out)
+                fail_point("train.checkpoint")  # tests: a worker dying right after a checkpoint
     bar.close()
     seconds = time.perf_counter() - started
     if hasattr(sae, "topk_threshold") and recent:

@@ -3,6 +3,11 @@ format, compute held-out metrics and print them.
 
     workbench train --tokens 2000000 --out runs/topk-8x
     workbench train --cache runs/cache/l3 --architecture batchtopk --k 32 --out runs/btk
+    workbench train --sweep "k=16,32 d_sae=2304,4608" --backend ray --out runs/sweep   # 4 SAEs, one per Ray task
+
+A sweep trains one SAE per point of the grid, each in its own folder under --out (e.g. runs/sweep/k=16-d_sae=2304),
+each resumable: rerunning the command skips finished runs and continues the others from their checkpoints. With
+`--backend ray` each run is a Ray task (one GPU each with --device cuda) on a local or existing cluster.
 """
 
 from __future__ import annotations
@@ -64,19 +69,21 @@ def train(
         defaults.CE_WINDOWS,
         help="Of those, windows for CE-loss / KL recovered (3 full model passes each; 0: skip).",
     ),
+    sweep: str | None = typer.Option(
+        None,
+        help='Train one SAE per grid point, e.g. "k=16,32 d_sae=2304,4608" (keys: architecture, d_sae, expansion, '
+        "k, lr, tokens, batch_size, seed); runs go to --out/<settings>, each resumable.",
+    ),
+    backend: options.Backend = defaults.DEFAULT_BACKEND,
+    ray_address: options.RayAddress = None,
 ) -> None:
     """Train an SAE with sae-lens, save it in SAELens format, and print held-out metrics (with their directions)."""
-    from sae_workbench.corpus import default_bos_id, resolve_corpus
-    from sae_workbench.models import hook_width
-    from sae_workbench.sae.data import cache_source, first_held_out_window, streaming_source
-    from sae_workbench.sae.io import load_sae
-    from sae_workbench.sae.metrics import METRICS, held_out_metrics, write_metrics
-    from sae_workbench.sae.train import TrainConfig, train_sae
+    from sae_workbench.raycluster import RayConfig, check_backend
+    from sae_workbench.sae.metrics import METRICS
+    from sae_workbench.sae.sweep import TrainJob, TrainOutcome, parse_sweep, run_sweep, sweep_jobs, train_job
+    from sae_workbench.sae.train import TrainConfig
 
-    lm = options.load_subject(model, [hook], context_size, device)
-    assert lm.tokenizer is not None
-    the_corpus = resolve_corpus(corpus)
-    bos_id = default_bos_id(lm.tokenizer)
+    check_backend(backend)
     cfg = TrainConfig(
         architecture=architecture,
         d_sae=d_sae,
@@ -92,57 +99,34 @@ def train(
         sparse_step=sparse_step,
         shuffle_chunks=1 if cache else TrainConfig.shuffle_chunks,  # a cache chunk is a whole shard
     )
-    if cache is not None:
-        source = cache_source(cache, hook)
-    else:
-        source = streaming_source(lm, hook, the_corpus, context_size=context_size, bos_id=bos_id)
-    meta = {"context_size": context_size, "prepend_bos": False, "bos_id": bos_id, "dataset_path": corpus}
-    result = train_sae(
-        source,
-        hook_width(lm, hook),
-        cfg,
-        out,
-        model_name=model,
-        hook=hook,
-        metadata=meta,
-        resume=resume,
-        device=device,
-    )
-    typer.echo(
-        f"trained {result.n_tokens:,} tokens in {result.seconds:.0f}s ({result.tokens_per_s:,.0f} tok/s); "
-        f"sae_id {result.sae_id}"
-    )
+    options.load_subject(model, [hook], context_size, device)  # checked once, before any run starts
+    job = TrainJob(
+        model=model, hook=hook, corpus=corpus, out=str(out), cache=str(cache) if cache else None,
+        context_size=context_size, device=device, eval_windows=eval_windows, ce_windows=ce_windows,
+        config=cfg.to_dict(),
+    )  # fmt: skip
 
-    first_window = first_held_out_window(tokens, context_size, cfg.shuffle_chunks, cache=cache)
-    metrics = held_out_metrics(
-        load_sae(out, device=device),
-        lm,
-        hook,
-        the_corpus,
-        context_size=context_size,
-        bos_id=bos_id,
-        first_window=first_window,
-        n_windows=eval_windows,
-        ce_windows=ce_windows,
-        progress=True,
-    )
-    eval_cfg = {
-        "model": model,
-        "hook": hook,
-        "corpus": corpus,
-        "first_window": first_window,
-        "windows": eval_windows,
-        "ce_windows": min(ce_windows, eval_windows),
-        "context_size": context_size,
-        "bos_id": bos_id,
-        "mask": "BOS + special tokens excluded",
-        "sae_id": result.sae_id,
-    }
-    path = write_metrics(out, metrics, eval_cfg)
-    for name, value in metrics.items():
-        if name in METRICS and isinstance(value, int | float):
-            direction = {True: "↑ higher is better", False: "↓ lower is better", None: ""}[
-                METRICS[name].higher_is_better
-            ]
-            typer.echo(f"  {name:<20} {value:>12.4f}  {direction}")
-    typer.echo(f"metrics: {path}")
+    def show(outcome: TrainOutcome) -> None:
+        typer.echo(
+            f"{outcome.status} {outcome.out}: {outcome.n_tokens:,} tokens in {outcome.seconds:.0f}s; "
+            f"sae_id {outcome.sae_id}"
+        )
+        for name, value in outcome.metrics.items():
+            if name in METRICS and isinstance(value, int | float):
+                direction = {True: "↑ higher is better", False: "↓ lower is better", None: ""}[
+                    METRICS[name].higher_is_better
+                ]
+                typer.echo(f"  {name:<20} {value:>12.4f}  {direction}")
+
+    if sweep is None:
+        if backend == "ray":
+            run_sweep([job], "ray", RayConfig(address=ray_address), on_done=show)
+        else:
+            show(train_job(job, resume=resume))
+        typer.echo(f"metrics: {Path(out) / 'metrics.json'}")
+        return
+    jobs = sweep_jobs(job, parse_sweep(sweep))
+    typer.echo(f"sweep: {len(jobs)} runs under {out} on the {backend} backend")
+    outcomes = run_sweep(jobs, backend, RayConfig(address=ray_address), on_done=show)
+    typer.echo(f"sweep done: {sum(o.status != 'done' for o in outcomes)} trained or resumed, "
+               f"{sum(o.status == 'done' for o in outcomes)} already finished")  # fmt: skip
