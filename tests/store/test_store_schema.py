@@ -90,7 +90,10 @@ def test_blank_database_migrates_to_full_schema(tmp_path: Path) -> None:
             "status columns on explanations and scores, unique scores.score_key (of duplicate keys the earliest row kept)",
         ),
         (4, "attributions and feature_effects (DePass attribution, ablation and steering per feature)"),
-        (5, "activation_partitions (SAEs whose activations live as feature-partitioned Parquet under a root)"),
+        (
+            5,
+            "activation_partitions (SAEs whose activations live as feature-partitioned Parquet under a root)",
+        ),
         (6, "index_ranges (ledger of the window ranges a distributed index run committed)"),
         (
             7,
