@@ -22,9 +22,8 @@ import time
 from pathlib import Path
 
 import numpy as np
-import pyarrow as pa
 
-from bench.store_bench import D_SAE, K, T, synthetic_rows, timed
+from bench.store_bench import D_SAE, K, T, append_rows, synthetic_rows, timed
 from sae_workbench.store import Store
 
 
@@ -34,14 +33,7 @@ def build(path: Path, n_rows: int) -> tuple[Store, np.ndarray]:
     feat, window, position, value = synthetic_rows(n_rows)
     store.register_sae("bench", "smollm2-135m", "blocks.3.hook_resid_post", 576, D_SAE, {"k": K})
     store.start_index("bench", "synthetic", T, K, {})
-    chunk = 2_000_000
-    with store.session():
-        for s in range(0, len(feat), chunk):
-            store.add_activations(
-                "bench",
-                pa.table({"feature": feat[s : s + chunk], "window_id": window[s : s + chunk],
-                          "position": position[s : s + chunk], "value": value[s : s + chunk]}),
-            )  # fmt: skip
+    append_rows(store, feat, window, position, value)
     store.finalize_index("bench")
     return store, feat
 

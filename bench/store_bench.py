@@ -62,6 +62,20 @@ def synthetic_rows(n_rows: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray, 
     return feat.astype(np.int32), window.astype(np.int64), position.astype(np.int16), value
 
 
+def append_rows(
+    store: Store, feat: np.ndarray, window: np.ndarray, position: np.ndarray, value: np.ndarray
+) -> None:
+    """Append synthetic rows to SAE "bench" in chunks of 2M, in one session."""
+    chunk = 2_000_000
+    with store.session():
+        for s in range(0, len(feat), chunk):
+            store.add_activations(
+                "bench",
+                pa.table({"feature": feat[s : s + chunk], "window_id": window[s : s + chunk],
+                          "position": position[s : s + chunk], "value": value[s : s + chunk]}),
+            )  # fmt: skip
+
+
 def build_store(path: Path, n_rows: int) -> tuple[Store, dict[str, float], tuple[np.ndarray, ...]]:
     """A store holding one synthetic SAE with `n_rows` activation rows, finalized, with statistics."""
     from sae_workbench.sae.indexing import cooccurrence_neighbours, decoder_neighbours, logit_lens
@@ -73,14 +87,7 @@ def build_store(path: Path, n_rows: int) -> tuple[Store, dict[str, float], tuple
     store.start_index("bench", "synthetic", T, K, {})
     info: dict[str, float] = {"rows": len(feat), "windows": n_windows}
     start = time.perf_counter()
-    chunk = 2_000_000
-    with store.session():
-        for s in range(0, len(feat), chunk):
-            store.add_activations(
-                "bench",
-                pa.table({"feature": feat[s : s + chunk], "window_id": window[s : s + chunk],
-                          "position": position[s : s + chunk], "value": value[s : s + chunk]}),
-            )  # fmt: skip
+    append_rows(store, feat, window, position, value)
     info["append_s"] = time.perf_counter() - start
     start = time.perf_counter()
     store.finalize_index("bench")
