@@ -24,9 +24,10 @@ Partitioned stores (`partition_root`, or a store whose partitioned SAEs share on
 keep the rows (the ledger names them, under `<staging>/committed/`) and, once every range is in, one Ray task per
 feature bucket (`reduce_bucket`) writes `<root>/activations/sae_id=<id>/fb=<fb>/part-<hash>.parquet` sorted by
 (feature, value desc) with ranks (store/partitioned.py's `write_bucket`); the driver then commits the layout with the
-SAE's `activation_partitions` row. A crash before that row reruns the reduce (same file names: overwritten).
-TODO: a per-bucket ledger (`index_buckets`) so a rerun redoes only unfinished buckets, and map outputs pre-split by
-bucket so a reduce task reads only its bucket's rows rather than scanning every range file.
+SAE's `activation_partitions` row. The driver records each bucket in the `index_buckets` ledger as its task returns,
+so a rerun after a crash reduces only the buckets without a row (same file names: a half-written one is overwritten).
+Range files are sorted by feature and written in row groups of `RANGE_ROW_GROUP` rows, so a reduce task's
+`feature` filter skips, by the row groups' min/max statistics, all but its bucket's rows of every range file.
 """
 
 from __future__ import annotations
@@ -51,7 +52,7 @@ from transformer_lens import HookedTransformer
 
 from sae_workbench.corpus import Corpus, MaskPolicy, WindowBatch, iter_windows
 from sae_workbench.errors import WorkbenchError
-from sae_workbench.faults import FAULT_ENV, fail_point
+from sae_workbench.faults import fail_point, worker_options
 from sae_workbench.raycluster import RayConfig, ray_session
 from sae_workbench.sae.indexing import (
     IndexConfig,
@@ -83,6 +84,10 @@ log = logging.getLogger(__name__)
 
 DEFAULT_RANGE_TOKENS = 10_000_000
 """Tokens per range: ~5 min of one GPU's work at 31-47k tok/s (specs/scale.md 4.1), so a lost range costs little."""
+
+RANGE_ROW_GROUP = 65_536
+"""Rows per row group of a range's activation file (sorted by feature): a 10M-token range at k = 64 has ~10^4 groups,
+so one bucket's reduce reads about 1/number-of-buckets of each file."""
 
 _WINDOW_SCHEMA = pa.schema(
     [
@@ -161,11 +166,11 @@ def staging_paths(root: str, sae_id: str, start: int, end: int) -> tuple[str, st
     )
 
 
-def _write_atomic(table: pa.Table, path: str) -> str:
+def _write_atomic(table: pa.Table, path: str, row_group_size: int | None = None) -> str:
     """Write a Parquet file under a temporary name, fsync, rename into place; return its sha256."""
     os.makedirs(os.path.dirname(path), exist_ok=True)
     tmp = f"{path}.tmp-{os.getpid()}"
-    pq.write_table(table, tmp, compression="zstd")
+    pq.write_table(table, tmp, compression="zstd", row_group_size=row_group_size)
     with open(tmp, "rb") as handle:
         os.fsync(handle.fileno())
     os.replace(tmp, path)
@@ -241,6 +246,9 @@ class Indexer:
         )
         parts = [encode_batch(self.model, self.sae, self.hook, b, cfg.top_k) for b in batches]
         acts = pa.concat_tables(parts).cast(_ACTIVATION_SCHEMA) if parts else _ACTIVATION_SCHEMA.empty_table()
+        acts = acts.sort_by(
+            [("feature", "ascending")]
+        )  # row groups by feature: each reduce task reads its own
         windows_file, acts_file = staging_paths(self.staging_root, self.sae_id, start, end)
         return StagedRange(
             start=start,
@@ -250,7 +258,7 @@ class Indexer:
                 windows_table(self.corpus.name, batches, self.strings_V), windows_file
             ),
             activations_file=acts_file,
-            activations_sha256=_write_atomic(acts, acts_file),
+            activations_sha256=_write_atomic(acts, acts_file, RANGE_ROW_GROUP),
             n_tokens=int(sum(int(b.mask_BT.sum()) for b in batches)),
             n_rows=int(acts.num_rows),
             n_windows=int(sum(len(b.window_ids) for b in batches)),
@@ -281,22 +289,32 @@ def reduce_bucket(files: list[str], features: tuple[int, int], staged_path: str,
 def _reduce(
     ray: Any, store: Store, sae_id: str, d_sae: int, root: str, config_hash: str, committed: str
 ) -> int:
-    """Write `sae_id`'s buckets under `root` with one Ray task per bucket, then commit the layout (ledger row)."""
+    """Write `sae_id`'s buckets under `root` with one Ray task per bucket not yet in the `index_buckets` ledger,
+    record each bucket as its task returns, then commit the layout (the `activation_partitions` row)."""
     files = store.index_range_files(sae_id)
     ranges = [(r.start, r.end) for r in store.index_ranges(sae_id)]
     part = config_hash8({"sae_id": sae_id, "config": config_hash, "ranges": ranges})
+    n_buckets = -(-d_sae // BUCKET_SIZE)
+    placed = store.index_buckets(sae_id, part)
     task = ray.remote(num_cpus=1, max_retries=3)(reduce_bucket)
-    refs = []
-    for fb in range(-(-d_sae // BUCKET_SIZE)):
+    in_flight: dict[Any, tuple[int, str]] = {}
+    for fb in range(n_buckets):
+        if fb in placed:
+            continue
         staged = join(staging_dir(root, f"index-{sae_id}"), f"fb={fb:05d}", part_name(part))
         final = join(activations_dir(root, sae_id, fb), part_name(part))
-        refs.append(task.remote(files, (fb * BUCKET_SIZE, (fb + 1) * BUCKET_SIZE), staged, final))
-    n_rows = int(sum(ray.get(refs)))
+        in_flight[task.remote(files, (fb * BUCKET_SIZE, (fb + 1) * BUCKET_SIZE), staged, final)] = (fb, final)
+    reduced = len(in_flight)
+    while in_flight:
+        [ref], _ = ray.wait(list(in_flight), num_returns=1)
+        fb, final = in_flight.pop(ref)
+        n = int(ray.get(ref))
+        store.commit_index_bucket(sae_id, part, fb, n, final if n else None)
+        fail_point("index-reduce-commit")
+    n_rows = sum(store.index_buckets(sae_id, part).values())
     fs = filesystem(root)
-    placed = fs_path(sae_dir(root, sae_id))
-    for path in (
-        fs.find(placed) if fs.exists(placed) else []
-    ):  # files of an earlier, different run of this SAE
+    placed_dir = fs_path(sae_dir(root, sae_id))
+    for path in fs.find(placed_dir) if fs.exists(placed_dir) else []:  # files of an earlier, different run
         if not str(path).endswith("/" + part_name(part)):
             fs.rm(path)
     staged_dir = fs_path(staging_dir(root, f"index-{sae_id}"))
@@ -304,7 +322,10 @@ def _reduce(
         fs.rm(staged_dir, recursive=True)
     store.record_partitioned(sae_id, root, n_rows, part)
     shutil.rmtree(committed, ignore_errors=True)
-    log.info("reduced %s into %d buckets under %s: %d rows", sae_id, len(refs), root, n_rows)
+    log.info(
+        "reduced %s: %d of %d buckets this run (%d placed before) under %s, %d rows",
+        sae_id, reduced, n_buckets, n_buckets - reduced, root, n_rows,
+    )  # fmt: skip
     return n_rows
 
 
@@ -336,10 +357,7 @@ def _start_indexers(ray: Any, n: int, ray_config: RayIndexConfig, args: tuple[An
         "max_restarts": ray_config.max_restarts,
         "max_task_retries": ray_config.max_task_retries,
     }
-    fault = os.environ.get(FAULT_ENV)
-    if fault:  # workers of an already running cluster do not inherit this process's environment
-        options["runtime_env"] = {"env_vars": {FAULT_ENV: fault}}
-    actor_class = ray.remote(Indexer).options(**options)
+    actor_class = ray.remote(Indexer).options(**options, **worker_options())
     return [actor_class.remote(*args) for _ in range(n)]
 
 

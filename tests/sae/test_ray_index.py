@@ -1,6 +1,7 @@
 """`index --backend ray` (sae/ray_index.py) on a local 2-CPU Ray cluster: the same rows, statistics and top examples as
 the local backend; an actor that dies mid-range and a SIGKILLed driver leave every range committed exactly once."""
 
+import dataclasses
 import os
 import signal
 import subprocess
@@ -218,4 +219,68 @@ def test_index_cli_backend_ray(ray_cluster, corpus_file: Path, local_store: Stor
     assert bucket.parent.name == "fb=00000"
     assert pq.read_metadata(bucket).num_rows == store.activation_count(record.sae_id)
     assert_same_index(store, local_store)
+    assert not any((tmp_path / "staging").rglob("*.parquet"))
+
+
+WIDE = 600  # features: 3 buckets of 256
+REDUCE_DRIVER = """
+import logging, sys
+sys.path.insert(0, sys.argv[1])
+logging.basicConfig(level=logging.INFO, stream=sys.stdout, format="%(name)s %(message)s")
+from tests.sae.test_ray_index import CONFIG, CTX, HOOK, ONE_WORKER, WIDE, WINDOWS, make_sae
+import dataclasses
+from sae_workbench.corpus import resolve_corpus
+from sae_workbench.models import load_model
+from sae_workbench.raycluster import RayConfig
+from sae_workbench.sae.ray_index import index_sae_ray
+from sae_workbench.store import Store
+ray = RayConfig(address=sys.argv[4])
+index_sae_ray(Store.open(sys.argv[2]), load_model("tiny"), make_sae(d_sae=WIDE), HOOK, resolve_corpus(sys.argv[3]),
+              WINDOWS * CTX, CONFIG, dataclasses.replace(ONE_WORKER, partition_root=sys.argv[5]), ray_config=ray)
+print("DRIVER DONE", flush=True)
+"""
+
+
+def test_driver_dying_in_the_reduce_then_rerun_reduces_only_the_missing_buckets(
+    ray_cluster, tiny_model, corpus_file: Path, tmp_path: Path
+) -> None:
+    """The driver exits right after recording the first bucket; the rerun leaves that bucket's file untouched,
+    places the other two, and the partitioned index equals a local index of the same SAE."""
+    from sae_workbench.faults import FAULT_EXIT_STATUS
+
+    local = Store.open(tmp_path / "local.duckdb")
+    index_sae(
+        local, tiny_model, make_sae(d_sae=WIDE), HOOK, resolve_corpus(str(corpus_file)), WINDOWS * CTX, CONFIG
+    )
+    path, root = tmp_path / "ray.duckdb", tmp_path / "parquet"
+    address = ray_cluster.get_runtime_context().gcs_address
+    marker = tmp_path / "driver-died"
+    driver = subprocess.run(
+        [sys.executable, "-c", REDUCE_DRIVER, str(REPO), str(path), str(corpus_file), address, str(root)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env={**os.environ, "PYTHONUNBUFFERED": "1", FAULT_ENV: f"index-reduce-commit:{marker}"},
+    )
+    assert driver.returncode == FAULT_EXIT_STATUS, driver.stdout[-3000:] + driver.stderr[-3000:]
+    store = Store.open(path)
+    [record] = store.list_saes()
+    assert store.activations_root(record.sae_id) is None  # the layout was never committed
+    ledger = store.query("SELECT part, fb FROM index_buckets WHERE sae_id = ?", [record.sae_id]).to_pylist()
+    [row] = ledger  # exactly one bucket was recorded before the crash
+    part, first = str(row["part"]), int(row["fb"])
+    first_file = next(root.rglob(f"fb={first:05d}/*.parquet"))
+    first_mtime = first_file.stat().st_mtime_ns
+    time.sleep(0.05)
+    result = index_sae_ray(
+        store, tiny_model, make_sae(d_sae=WIDE), HOOK, resolve_corpus(str(corpus_file)), WINDOWS * CTX, CONFIG,
+        dataclasses.replace(ONE_WORKER, partition_root=str(root)), ray_config=RayConfig(address=address),
+    )  # fmt: skip
+    assert result.new_windows == 0  # every range was committed before the crash
+    assert store.index_buckets(record.sae_id, part).keys() == {0, 1, 2}
+    assert first_file.stat().st_mtime_ns == first_mtime  # not reduced again
+    buckets = sorted(p.parent.name for p in root.joinpath("activations").rglob("*.parquet"))
+    assert buckets == ["fb=00000", "fb=00001", "fb=00002"]
+    assert sum(store.index_buckets(record.sae_id, part).values()) == store.activation_count(record.sae_id)
+    assert_same_index(store, local)
     assert not any((tmp_path / "staging").rglob("*.parquet"))

@@ -60,12 +60,13 @@ EXPECTED_SCHEMA = {
         "result", "config_key", "created_at",
     ],
     "window_partitions": ["corpus", "root", "n_rows", "part", "created_at"],
+    "index_buckets": ["sae_id", "part", "fb", "n_rows", "path", "committed_at"],
 }  # fmt: skip
 
 
 def test_blank_database_migrates_to_full_schema(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "s.duckdb")
-    assert store.schema_version() == LATEST_VERSION == 8
+    assert store.schema_version() == LATEST_VERSION == 9
     assert sorted(store.table_names()) == sorted(EXPECTED_SCHEMA)
     for table, columns in EXPECTED_SCHEMA.items():
         assert [c for c, _ in store.table_columns(table)] == columns, table
@@ -100,6 +101,7 @@ def test_blank_database_migrates_to_full_schema(tmp_path: Path) -> None:
             "interactions (ProxySPEX interactions behind a feature: top Möbius terms, order-2 index, R^2 table)",
         ),
         (8, "window_partitions (corpora whose windows live as window-chunked Parquet under a root)"),
+        (9, "index_buckets (ledger of the feature buckets a distributed index reduce placed)"),
     ]
     con.close()
 

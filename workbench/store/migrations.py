@@ -251,6 +251,20 @@ MIGRATIONS: tuple[Migration, ...] = (
         )
         """,
     ),
+    Migration(
+        9,
+        "index_buckets (ledger of the feature buckets a distributed index reduce placed)",
+        # One row per feature bucket fb of an SAE's reduce run `part` (the hash naming its files), written by the Ray
+        # driver once the bucket's file is in place (store/ranges.py), so a rerun after a crash reduces only the
+        # buckets without a row. Nothing to backfill: a reduce interrupted before this version simply reruns.
+        """
+        CREATE TABLE index_buckets (
+            sae_id TEXT NOT NULL, part TEXT NOT NULL, fb INTEGER NOT NULL, n_rows BIGINT NOT NULL,
+            path TEXT, committed_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+            PRIMARY KEY (sae_id, part, fb)
+        )
+        """,
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

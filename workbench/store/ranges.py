@@ -76,7 +76,26 @@ def _literal(path: str) -> str:
 
 
 class IndexRanges(StoreBase):
-    """The `index_ranges` ledger (migration 6)."""
+    """The `index_ranges` ledger (migration 6) and the reduce step's `index_buckets` (migration 9)."""
+
+    def index_buckets(self, sae_id: str, part: str) -> dict[int, int]:
+        """Feature buckets of `sae_id`'s reduce run `part` already placed: bucket -> rows."""
+        with self._conn() as conn:
+            rows = conn.execute(
+                "SELECT fb, n_rows FROM index_buckets WHERE sae_id = ? AND part = ?", [sae_id, part]
+            ).fetchall()
+        return {int(r[0]): int(r[1]) for r in rows}
+
+    def commit_index_bucket(self, sae_id: str, part: str, fb: int, n_rows: int, path: str | None) -> bool:
+        """Record that bucket `fb` of reduce run `part` is in place at `path` (None: empty, no file); False (nothing
+        changes) if it was recorded already."""
+        with self._write() as conn:
+            inserted = conn.execute(
+                "INSERT OR IGNORE INTO index_buckets (sae_id, part, fb, n_rows, path) VALUES (?, ?, ?, ?, ?) "
+                "RETURNING fb",
+                [sae_id, part, fb, n_rows, path],
+            ).fetchall()
+        return bool(inserted)
 
     def index_range_files(self, sae_id: str) -> list[str]:
         """The activation files of `sae_id`'s committed ranges, by range start (what a partitioned reduce reads)."""
