@@ -48,9 +48,10 @@ from sae_workbench.explainers.ray_workers import (
     Failure,
     SnapshotCache,
     cache_snapshot,
-    gated,
     limiter_actor,
+    worker_gate,
 )
+from sae_workbench.faults import fail_point, worker_options
 from sae_workbench.llm.cache import CachedResponse, ResponseCache
 from sae_workbench.llm.config import LLMConfig
 from sae_workbench.raycluster import RayConfig, import_ray, init_ray
@@ -117,7 +118,7 @@ class ScoreWorker:
     ) -> None:
         """Build the scorer from the same components as the driver's (the LLM client through `limiter`)."""
         self.cache = SnapshotCache(snapshot)
-        gate = gated(limiter) if limiter is not None else None
+        gate = worker_gate(limiter) if limiter is not None else None
         self.backends = score_backends(
             llm, cache=self.cache, embedding_model=embedding_model, env=env, gate=gate
         )
@@ -241,7 +242,7 @@ async def run_scoring_ray_async(
     limiter = limiter_actor(qps, llm.concurrency, burst) if llm is not None else None
     snapshot = cache_snapshot(store, llm.model) if llm is not None else {}
     refs = ray.put(plan.rows), ray.put(snapshot)  # kept until the end: restarted actors rebuild from them
-    cls = ray.remote(ScoreWorker).options(num_cpus=1, max_restarts=2, max_task_retries=2)
+    cls = ray.remote(ScoreWorker).options(num_cpus=1, max_restarts=2, max_task_retries=2, **worker_options())
     actors = [cls.remote(config, llm, embedding_model, refs[0], refs[1], limiter, key_env) for _ in range(n)]
     busy = [0] * n
     in_flight: dict[asyncio.Future[Any], tuple[int, list[_Live]]] = {}
@@ -265,6 +266,7 @@ async def run_scoring_ray_async(
         ready.clear()
         if records:
             store.add_scores(records)
+            fail_point("score.commit")  # tests: the driver dying between two commits
         bar.update(len(records))
 
     async def collect(wait_all: bool) -> None:

@@ -15,7 +15,8 @@ snapshot of the model's `llm_cache` rows put in the object store once per run, p
 
 Rate limit: one `RateLimiter` actor (a token bucket of `qps` calls per second, burst `burst`, and at most
 `concurrency` calls in flight) is entered around every HTTP attempt of every worker (`LLMClient(gate=...)`), so N
-workers together never exceed the endpoint's configured rate or concurrency.
+workers together never exceed the endpoint's configured rate or concurrency. A worker that dies holding a slot
+gets it back when Ray restarts it (`RateLimiter.register`).
 
 A killed worker is restarted by Ray and its batch retried (`max_restarts`, `max_task_retries`); a killed driver loses
 only the features in flight (none of them written): rerunning the command explains the rest.
@@ -29,12 +30,14 @@ import json
 import math
 import os
 import time
+import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sae_workbench.errors import WorkbenchError
 from sae_workbench.explainers.base import ExplainContext, Explainer, Explanation
+from sae_workbench.faults import fail_point, worker_options
 from sae_workbench.llm.cache import CachedResponse
 from sae_workbench.llm.config import LLMConfig
 from sae_workbench.llm.usage import Usage, UsageLedger
@@ -65,7 +68,10 @@ class RateLimiter:
     """One global limit for an LLM endpoint, shared by every worker (run as an async Ray actor).
 
     Token bucket: `qps` tokens per second up to `burst` stored, one per call (None = no rate limit); at most
-    `concurrency` calls hold a slot at once (None = unbounded). `acquire` waits for both; `release` frees the slot.
+    `concurrency` calls hold a slot at once (None = unbounded). `acquire` waits for both and returns a lease;
+    `release` frees the lease's slot (once; a second release is a no-op). Each lease names its holder, a worker
+    incarnation (actor id, start id): a restarted worker calls `register`, which frees every slot its dead
+    incarnations held or are still waiting for, so a worker killed in the middle of a call never takes a slot with it.
     """
 
     def __init__(self, qps: float | None, concurrency: int | None = None, burst: int = 1) -> None:
@@ -77,12 +83,24 @@ class RateLimiter:
         self._at = time.monotonic()
         self._lock = asyncio.Lock()
         self._slots = asyncio.Semaphore(concurrency) if concurrency else None
-        self._in_flight = 0
+        self._leases: dict[int, tuple[str, str]] = {}
+        self._next_lease = 0
+        self._current: dict[str, str] = {}  # actor id -> its live incarnation
         self._peak = 0
         self._granted = 0
+        self._reclaimed = 0
 
-    async def acquire(self) -> None:
-        """Wait for a free slot, then for a token (first come, first served)."""
+    def register(self, actor: str, incarnation: str) -> int:
+        """Make `incarnation` the live one of `actor`; free the slots of its earlier ones (returns how many)."""
+        self._current[actor] = incarnation
+        stale = [lease for lease, (a, inc) in self._leases.items() if a == actor and inc != incarnation]
+        for lease in stale:
+            self.release(lease)
+        self._reclaimed += len(stale)
+        return len(stale)
+
+    async def acquire(self, actor: str = "", incarnation: str = "") -> int:
+        """Wait for a free slot, then for a token (first come, first served); return the lease to release."""
         if self._slots is not None:
             await self._slots.acquire()
         if self.qps is not None:
@@ -92,9 +110,14 @@ class RateLimiter:
                     await asyncio.sleep((1.0 - self._tokens) / self.qps)
                     self._refill()
                 self._tokens -= 1.0
-        self._in_flight += 1
-        self._peak = max(self._peak, self._in_flight)
+        lease, self._next_lease = self._next_lease, self._next_lease + 1
+        self._leases[lease] = (actor, incarnation)
+        self._peak = max(self._peak, len(self._leases))
         self._granted += 1
+        if actor and self._current.get(actor, incarnation) != incarnation:  # its holder died while it waited
+            self.release(lease)
+            self._reclaimed += 1
+        return lease
 
     def _refill(self) -> None:
         """Add the tokens earned since the last refill (capped at `burst`)."""
@@ -103,15 +126,19 @@ class RateLimiter:
         self._tokens = min(float(self.burst), self._tokens + (now - self._at) * self.qps)
         self._at = now
 
-    def release(self) -> None:
-        """Free the slot of a finished call."""
-        self._in_flight -= 1
-        if self._slots is not None:
+    def release(self, lease: int) -> None:
+        """Free the slot of a finished call (a lease already freed is ignored)."""
+        if self._leases.pop(lease, None) is not None and self._slots is not None:
             self._slots.release()
 
     def stats(self) -> dict[str, int]:
-        """Calls granted and the most in flight at once."""
-        return {"granted": self._granted, "peak_in_flight": self._peak}
+        """Calls granted, the most in flight at once, those in flight now, and slots reclaimed from dead workers."""
+        return {
+            "granted": self._granted,
+            "peak_in_flight": self._peak,
+            "in_flight": len(self._leases),
+            "reclaimed": self._reclaimed,
+        }
 
 
 def limiter_actor(qps: float | None, concurrency: int | None, burst: int = 1) -> Any:
@@ -166,18 +193,29 @@ def cache_snapshot(store: Store, model: str) -> dict[str, CachedResponse]:
     return out
 
 
-def gated(limiter: Any) -> Any:
+def gated(limiter: Any, actor: str = "", incarnation: str = "") -> Any:
     """The `LLMClient(gate=...)` factory that holds a slot and a token of `limiter` around one HTTP attempt."""
 
     @contextlib.asynccontextmanager
     async def gate() -> AsyncIterator[None]:
-        await limiter.acquire.remote()
+        lease = await limiter.acquire.remote(actor, incarnation)
         try:
+            fail_point("llm.gate")  # tests: a worker dying while it holds a slot
             yield
         finally:
-            limiter.release.remote()
+            limiter.release.remote(lease)
 
     return gate
+
+
+def worker_gate(limiter: Any) -> Any:
+    """`gated(limiter)` for the calling Ray actor, registered as a new incarnation of it first (a restarted actor
+    keeps its id; registering frees whatever slots its dead incarnation held)."""
+    ray = import_ray()
+    actor = ray.get_runtime_context().get_actor_id() or ""
+    incarnation = uuid.uuid4().hex
+    ray.get(limiter.register.remote(actor, incarnation))
+    return gated(limiter, actor, incarnation)
 
 
 @dataclass(frozen=True)
@@ -219,7 +257,7 @@ class ExplainWorker:
         if llm is not None:
             from sae_workbench.llm.client import LLMClient
 
-            gate = gated(limiter) if limiter is not None else None
+            gate = worker_gate(limiter) if limiter is not None else None
             self.client = LLMClient(llm, cache=self.cache, ledger=self.ledger, env=env, gate=gate)
 
     async def explain_batch(
@@ -295,7 +333,7 @@ class RayExplainBackend:
         # kept for the run: a restarted actor rebuilds from these (ray-project/ray#53727)
         self._refs = explainer_ref, snapshot_ref = ray.put(job.explainer), ray.put(snapshot)
         cls = ray.remote(ExplainWorker).options(
-            num_cpus=1, max_restarts=self.max_restarts, max_task_retries=self.max_restarts
+            num_cpus=1, max_restarts=self.max_restarts, max_task_retries=self.max_restarts, **worker_options()
         )
         self.workers = [cls.remote(explainer_ref, llm, snapshot_ref, self.limiter, env) for _ in range(n)]
         self._busy = [0] * n

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 FAULT_ENV = "SAE_WORKBENCH_FAULT"
 FAULT_EXIT_STATUS = 17
@@ -28,3 +29,10 @@ def fail_point(point: str) -> None:
         return
     os.close(fd)
     os._exit(FAULT_EXIT_STATUS)
+
+
+def worker_options() -> dict[str, Any]:
+    """Ray actor/task options that pass an armed fault on to workers (those of an already running cluster do not
+    inherit this process's environment); empty when none is armed."""
+    armed = os.environ.get(FAULT_ENV)
+    return {"runtime_env": {"env_vars": {FAULT_ENV: armed}}} if armed else {}

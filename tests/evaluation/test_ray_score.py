@@ -14,17 +14,19 @@ import subprocess
 import sys
 from pathlib import Path
 
+import duckdb
 import pytest
 
 from sae_workbench.evaluation.base import ScoreConfig, ScoreConfigError
 from sae_workbench.evaluation.ray_score import run_scoring_ray, score_backends
 from sae_workbench.evaluation.score_job import run_scoring
 from sae_workbench.explainers.job import ExplainConfig, ExplainJob
+from sae_workbench.faults import FAULT_EXIT_STATUS
 from sae_workbench.llm.cache import StoreCache
 from sae_workbench.llm.config import LLMConfig
 from sae_workbench.store import Store
 from tests.explainers.test_explain_support import PLANTED_SAE, build_planted_store
-from tests.explainers.test_ray_explain import NEGATIVES, rows_except, scripted
+from tests.explainers.test_ray_explain import NEGATIVES, rows_except, run_with_watchdog, scripted
 from tests.fake_llm import FakeLLM, Reply
 
 _TEXT = re.compile(r"Text (\d+):\n(.*?)(?=\n\nText \d+:|\n\nFor each of)", re.S)
@@ -111,3 +113,60 @@ def test_cli_score_backend_ray_joins_the_cluster_and_resumes(explained_pair, ray
         .to_pylist()
     )
     assert keys[0]["k"] == 10
+
+
+@pytest.mark.slow
+def test_worker_dying_in_the_gate_and_a_dead_driver_leave_every_score_once(explained_pair, tmp_path, ray_cluster,
+                                                                         monkeypatch):  # fmt: skip
+    """LLM detection on Ray with one global slot: (1) a worker exits while it holds the slot; Ray restarts it, the
+    slot is reclaimed and the run gives the local rows. (2) A CLI driver exits right after its first commit; the
+    rerun scores only the rest, and every score key is stored once."""
+    pristine = explained_pair[0].with_name("cli.duckdb")
+    local_path, ray_path, cli_path = (tmp_path / f"{n}.duckdb" for n in ("local", "ray", "cli"))
+    for path in (local_path, ray_path, cli_path):
+        shutil.copy(pristine, path)
+        with duckdb.connect(str(path)) as con:  # the other tests' scores out: only this test's detection rows
+            con.execute("DELETE FROM scores")
+    detection = ScoreConfig("detection", NEGATIVES)
+    with FakeLLM(responder=classifier) as server:
+        llm = LLMConfig(model="fake", base_url=server.base_url, concurrency=1)
+        local = Store.open(local_path)
+        a = run_scoring(
+            local, PLANTED_SAE, detection, score_backends(llm, cache=StoreCache(local)), progress=False
+        )
+        monkeypatch.setenv("SAE_WORKBENCH_FAULT", f"llm.gate:{tmp_path / 'gate.fired'}")
+        b = run_with_watchdog(
+            lambda: run_scoring_ray(Store.open(ray_path), PLANTED_SAE, detection, llm=llm, workers=2, batch_size=2,
+                                    progress=False), 240)  # fmt: skip
+        assert (tmp_path / "gate.fired").exists()
+        assert (a.scored, a.failed, a.dead) == (b.scored, b.failed, b.dead) and a.scored >= 6
+        n, only_local, only_ray = rows_except(local, Store.open(ray_path), "scores", {"id", "created_at"})
+        assert n == 10 and only_local == 0 and only_ray == 0
+
+        monkeypatch.delenv("SAE_WORKBENCH_FAULT")
+        address = ray_cluster.get_runtime_context().gcs_address
+        args = [sys.executable, "-m", "sae_workbench", "score", "--store", str(cli_path), "--sae", PLANTED_SAE,
+                "--scorer", "detection", "--negatives", NEGATIVES.lower(), "--no-progress", "--backend", "ray",
+                "--ray-address", address, "--ray-workers", "2", "--llm-model", "fake", "--llm-base-url",
+                server.base_url]  # fmt: skip
+        env = {**os.environ, "HF_HUB_OFFLINE": "1", "RAY_USAGE_STATS_ENABLED": "0"}
+        killed = subprocess.run(args, env={**env, "SAE_WORKBENCH_FAULT": f"score.commit:{tmp_path / 'commit.fired'}"},
+                                capture_output=True, text=True, timeout=300)  # fmt: skip
+        assert killed.returncode == FAULT_EXIT_STATUS, killed.stderr[-3000:]
+        first = (
+            Store.open(cli_path, read_only=True).query("SELECT count(*) AS n FROM scores").to_pylist()[0]["n"]
+        )
+        assert 0 < first < 10
+        rerun = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+        assert rerun.returncode == 0, rerun.stderr[-3000:]
+        assert f"skipped {first}" in rerun.stdout, rerun.stdout
+    n, only_local, only_cli = rows_except(
+        local, Store.open(cli_path, read_only=True), "scores", {"id", "created_at"}
+    )
+    assert n == 10 and only_local == 0 and only_cli == 0
+    keys = (
+        Store.open(cli_path, read_only=True)
+        .query("SELECT count(*) AS n, count(DISTINCT score_key) AS k FROM scores")
+        .to_pylist()[0]
+    )
+    assert keys["n"] == keys["k"] == 10

@@ -14,9 +14,12 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 import zlib
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
 
 import duckdb
 import pytest
@@ -32,6 +35,8 @@ WIDE = 40
 """Features of the wide store (the kill/resume and rate-limit tests)."""
 NEGATIVES = "RANDOM_NEGATIVE"
 """Random negatives: no sentence-embedding pass over the windows (minutes on a loaded 2-core box)."""
+T = TypeVar("T")
+
 VOLATILE = r'"seconds": ?[-+0-9.eE]+'
 """Wall times inside JSON columns (usage, provenance): they differ between any two runs."""
 
@@ -202,12 +207,12 @@ def test_rate_limiter_spaces_calls_and_bounds_concurrency():
 
         async def call() -> None:
             nonlocal in_flight, peak
-            await limiter.acquire()
+            lease = await limiter.acquire()
             in_flight += 1
             peak = max(peak, in_flight)
             await asyncio.sleep(0.01)
             in_flight -= 1
-            limiter.release()
+            limiter.release(lease)
 
         t0 = time.monotonic()
         await asyncio.gather(*(call() for _ in range(n)))
@@ -217,6 +222,37 @@ def test_rate_limiter_spaces_calls_and_bounds_concurrency():
     free, peak_free = asyncio.run(run(None))
     assert limited >= 19 / 40 and free < 19 / 40
     assert peak <= 3 and peak_free == 3  # unlimited rate: 20 callers, yet never more than 3 in a slot
+
+
+def test_rate_limiter_reclaims_the_slots_of_a_dead_worker_incarnation():
+    """A worker that dies holding the only slot (concurrency 1) would block every other caller forever; when Ray
+    restarts it, `register` frees the dead incarnation's lease, a waiter of the dead incarnation gives its slot back
+    at once, and a second release of a lease is a no-op."""
+
+    async def run() -> dict[str, int]:
+        limiter = RateLimiter(None, concurrency=1)
+        limiter.register("actor-a", "first")
+        await limiter.acquire("actor-a", "first")  # held by an incarnation about to die
+        other = asyncio.ensure_future(limiter.acquire("actor-b", "only"))
+        stale_waiter = asyncio.ensure_future(limiter.acquire("actor-a", "first"))
+        await asyncio.sleep(0.05)
+        assert not other.done() and limiter.stats()["in_flight"] == 1  # blocked behind the dead holder
+        assert limiter.register("actor-a", "second") == 1  # the restart frees the dead incarnation's slot
+        lease_b = await asyncio.wait_for(other, 1.0)
+        limiter.release(lease_b)
+        limiter.release(lease_b)  # twice: ignored, the semaphore is not over-released
+        await asyncio.wait_for(stale_waiter, 1.0)  # granted to a dead incarnation: released at once
+        lease_new = await asyncio.wait_for(limiter.acquire("actor-a", "second"), 1.0)
+        blocked = asyncio.ensure_future(limiter.acquire("actor-b", "only"))
+        await asyncio.sleep(0.05)
+        assert not blocked.done()  # still one slot: the double release did not add one
+        limiter.release(lease_new)
+        limiter.release(await asyncio.wait_for(blocked, 1.0))
+        return limiter.stats()
+
+    stats = asyncio.run(run())
+    assert stats["in_flight"] == 0 and stats["reclaimed"] == 2 and stats["peak_in_flight"] == 1
+    assert stats["granted"] == 5
 
 
 @pytest.mark.slow
@@ -239,3 +275,63 @@ def test_two_workers_share_one_rate_limit(wide_store, tmp_path, ray_cluster):
     assert most <= qps + 2, most
     assert (times[-1] - times[0]) >= (len(times) - 1 - 1) / qps * 0.9
     assert peak <= 2  # each worker's own client allows 2: together they would reach 4 without the limiter
+
+
+class _StatsAtStop(RayExplainBackend):
+    """A Ray backend that keeps its limiter's counters from just before the job stops it."""
+
+    final: dict[str, int] | None = None
+
+    async def stop(self) -> None:
+        """Read the limiter's counters, then stop as usual."""
+        self.final = self.limiter_stats()
+        await super().stop()
+
+
+def run_with_watchdog(fn: Callable[[], T], seconds: float) -> T:
+    """fn() in a daemon thread; fail (instead of hanging the session) if it has not returned after `seconds`."""
+    values: list[T] = []
+    errors: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            values.append(fn())
+        except BaseException as exc:  # re-raised in the test's thread
+            errors.append(exc)
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert not thread.is_alive(), f"still running after {seconds} s: a slot of the rate limit was never freed"
+    if errors:
+        raise errors[0]
+    return values[0]
+
+
+@pytest.mark.slow
+def test_worker_dying_inside_the_rate_limit_gate_loses_nothing(
+    wide_store, tmp_path, ray_cluster, monkeypatch
+):
+    """With one global LLM slot (concurrency 1), a worker process exits while it holds the slot: Ray restarts it
+    and retries its batch, the restarted worker reclaims the dead one's slot, and the job finishes with the same
+    rows as the local backend (without the reclaim, every worker would wait for that slot forever)."""
+    local_path, ray_path = tmp_path / "local.duckdb", tmp_path / "ray.duckdb"
+    shutil.copy(wide_store, local_path)
+    shutil.copy(wide_store, ray_path)
+    marker = tmp_path / "gate.fired"
+    features = range(12)
+    with FakeLLM(responder=scripted(delay_s=0.02)) as server:
+        llm = LLMConfig(model="fake", base_url=server.base_url, concurrency=1)
+        config = ExplainConfig("oneshot", negatives=NEGATIVES)
+        local = ExplainJob(Store.open(local_path), PLANTED_SAE, config, llm, progress=False).run(features)
+        monkeypatch.setenv("SAE_WORKBENCH_FAULT", f"llm.gate:{marker}")  # workers get it via worker_options()
+        backend = _StatsAtStop(2, batch_size=3)
+        job = ExplainJob(Store.open(ray_path), PLANTED_SAE, config, llm, progress=False, remote=backend)
+        remote = run_with_watchdog(lambda: job.run(features), 240)
+    assert marker.exists()  # the fault fired: a worker died holding the slot
+    assert remote.explained == local.explained == len(features)
+    assert backend.final is not None and backend.final["reclaimed"] >= 1 and backend.final["in_flight"] == 0
+    assert backend.final["peak_in_flight"] == 1  # the one slot was never exceeded, before or after the death
+    n, only_local, only_ray = rows_except(Store.open(local_path), Store.open(ray_path), "explanations",
+                                          {"id", "created_at", "seconds"})  # fmt: skip
+    assert n == len(features) and only_local == 0 and only_ray == 0
