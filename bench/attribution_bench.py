@@ -265,6 +265,17 @@ def time_128(model: Any, sae: Any) -> dict[str, tuple[float, float]]:
     return out
 
 
+def _print_timing(timing: dict[str, tuple[float, float]], load_before: str) -> None:
+    """The 128-token timing table."""
+    print("\n### Timing, one 128-token text, one feature, layer 3, torch threads 2 (median of 3)\n")
+    print(
+        f"load average at the start: {load_before}; at the end: {' '.join(f'{x:.1f}' for x in os.getloadavg())}\n"
+    )
+    print("| run | wall s | CPU s (both threads) |\n|---|---|---|")
+    for k, (wall, cpu) in timing.items():
+        print(f"| {k} | {wall:.2f} | {cpu:.2f} |")
+
+
 def main() -> None:
     """Run D2, D3 and the timing; print Markdown tables."""
     from tqdm import tqdm
@@ -276,6 +287,7 @@ def main() -> None:
     ap.add_argument("--sae", default=None, help="SAELens folder of an SAE on blocks.3.hook_resid_post")
     ap.add_argument("--ig-steps", type=int, default=100)
     ap.add_argument("--json", default=None, help="also write every per-pair figure here")
+    ap.add_argument("--timing-only", action="store_true", help="only the 128-token timing (no D2/D3 pairs)")
     args = ap.parse_args()
     torch.set_num_threads(2)
     started = time.perf_counter()
@@ -284,6 +296,9 @@ def main() -> None:
     print(f"model + SAE ready in {time.perf_counter() - started:.0f} s (SAE d_sae={sae.cfg.d_sae})")
     load_before = " ".join(f"{x:.1f}" for x in os.getloadavg())
     timing = time_128(model, sae)
+    if args.timing_only:
+        _print_timing(timing, load_before)
+        return
     pairs = pick_pairs(model, sae, args.pairs)
     rng = np.random.default_rng(0)
     methods: dict[str, Callable[[int, torch.Tensor], TokenScores]] = {
@@ -345,11 +360,7 @@ def main() -> None:
         )
     diff = [a - b for a, b in zip(heads["depass"], heads["random"], strict=True)]
     print(f"| DePass − random | {_ci(diff)} |")
-    print("\n### Timing, one 128-token text, one feature, layer 3, torch threads 2 (median of 3)\n")
-    print(f"load average at the start: {load_before}\n")
-    print("| run | wall s | CPU s (both threads) |\n|---|---|---|")
-    for k, (wall, cpu) in timing.items():
-        print(f"| {k} | {wall:.2f} | {cpu:.2f} |")
+    _print_timing(timing, load_before)
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
     if args.json:
         Path(args.json).write_text(json.dumps({"pairs": per_pair, "timing": timing}, indent=1))

@@ -166,7 +166,12 @@ def delphi_top20(paths: list[Path], feature: int) -> np.ndarray:
 
 def close_negative_bench(folder: Path, n_windows: int) -> dict[str, float]:
     """Close negatives for one feature over `n_windows` windows with stored 384-d embeddings."""
-    from sae_workbench.examples.sampling import DEFAULT_EMBEDDING_MODEL, close_negatives
+    from sae_workbench.examples.sampling import (
+        DEFAULT_EMBEDDING_MODEL,
+        EMBED_CROP,
+        close_negatives,
+        embedding_key,
+    )
 
     rng = np.random.default_rng(2)
     store = Store.open(folder / "negatives.duckdb")
@@ -190,8 +195,11 @@ def close_negative_bench(folder: Path, n_windows: int) -> dict[str, float]:
             len(part) * 16,
         )  # fmt: skip
         emb = rng.normal(size=(len(part), 384)).astype(np.float32)
-        store.add_window_embeddings(
-            "big", DEFAULT_EMBEDDING_MODEL, part, emb / np.linalg.norm(emb, axis=1)[:, None]
+        store.add_window_embeddings(  # under the key close_negatives reads: first-crop embeddings (16 < crop)
+            "big",
+            embedding_key(DEFAULT_EMBEDDING_MODEL, EMBED_CROP),
+            part,
+            emb / np.linalg.norm(emb, axis=1)[:, None],
         )
     store.finalize_index("neg")
     from sae_workbench.examples import sampling
