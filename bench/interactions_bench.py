@@ -6,13 +6,15 @@
 
 1. Contrast: the SAE's activation at the final " bank" of 8 river texts and 8 money texts; the feature with the
    largest mean(river) - mean(money) that fires on every river text is chosen.
-2. On the river text where it fires hardest, two token games (mask = the tokenizer's unk, else eos; forward stops at
+2. On the river text where it fires hardest, two token games (mask: the library default, `auto` = the tokenizer's own
+   unk, else the mean embedding; `--mask unk` = unk, else eos; `--mask mean`; forward stops at
    block 3; budget min(5000, max(1000, 16 n)); the reference 8 x 5-fold LightGBM grid unless --quick):
    - spec game: players are the tokens before " bank" (BOS and " bank" kept): the " river" singleton is what
      "river" adds given "bank";
    - with target: " bank" is a player too (its embedding masked, its position kept), so the ("river", " bank")
      Möbius term v(both) - v(river) - v(bank) + v(neither) is measured directly.
    Each reports R^2 on 1000 fresh uniform masks for ProxySPEX, Shapley (KernelSHAP at the same budget) and Banzhaf.
+3. A summary table, one row per game (what `make bench` checks: the pair term > 0 is spec B.4 P3).
 """
 
 from __future__ import annotations
@@ -100,7 +102,9 @@ def main() -> None:
     )
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument(
-        "--mask", default="unk", help="unk (tokenizer unk, else eos) or mean (the mean embedding)"
+        "--mask",
+        default="auto",
+        help="auto (the library default), unk (tokenizer unk, else eos) or mean embedding",
     )
     ap.add_argument("--json", default=None)
     args = ap.parse_args()
@@ -120,6 +124,7 @@ def main() -> None:
         "river": river.tolist(),
         "money": money.tolist(),
     }
+    summary: list[str] = []
     for name, include in (("spec game (target kept)", False), ("with target as a player", True)):
         game = token_game(model, sae, HOOK, tokens_N, feature, mask=args.mask, include_target=include)
         started, cpu = time.perf_counter(), time.process_time()
@@ -154,11 +159,22 @@ def main() -> None:
                 "second_difference": measured,
                 "sparse": sparse,
             }
+        summary.append(
+            f"| {name} | {args.mask} ({game.settings['mask']}) | {game.n} | {result.budget} | {result.evaluations} | "
+            + (f"{out['pair']:+.3f} | {out['fbii']:+.3f}" if include else "– | –")
+            + f" | {moebius.get((river,), 0.0):+.3f} | {result.r2['proxyspex']:.3f} | {result.r2['shapley']:.3f} | "
+            f"{result.r2['banzhaf']:.3f} | {wall:.1f} | {cpu:.1f} |"
+        )
         print("| method | test R^2 (1000 fresh masks) |\n|---|---|")
         for method, r2 in result.r2.items():
             print(f"| {method} | {r2:.3f} |")
         print("top terms:", [(t["labels"], round(t["value"], 3)) for t in result.top_terms[:5]])
         rows[name] = {**result.to_dict(), "cpu_s": cpu, **out}
+    print("\n### Summary (spec B.4 P3)\n")
+    print("| game | mask | players | budget | forwards | (' river', ' bank') Möbius | FBII order 2 | ' river' singleton "
+          "| R² ProxySPEX | R² Shapley | R² Banzhaf | wall s | CPU s |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(summary))
     if args.json:
         with open(args.json, "w") as fh:
             json.dump(rows, fh, indent=1)

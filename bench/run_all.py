@@ -176,6 +176,24 @@ BENCHES: tuple[Bench, ...] = (
         "20 asks for the ratio and the Ray overhead at this size, no target.",
         timeout_s=1800,
     ),
+    Bench(
+        "attribution", "DePass attribution of one 128-token text (SmolLM2 layer 3)", _m("bench.attribution_bench"),
+        ("--timing-only",), ("--timing-only",),
+        meaning="Wall and CPU seconds (torch threads 2, median of 3) of DePass for one feature at the last of 128 "
+        "tokens of a default-corpus text at blocks.3.hook_resid_post: token level under each MLP rule, and the "
+        "component level. The SAE is the bench's own TopK 576 → 2304 (trained once, ~1 min, kept in WORKBENCH_HOME). "
+        "Target (issue 21): < 2 s. The D2/D3 quality figures take an hour: `python -m bench.attribution_bench`.",
+        check=targets.check_attribution, timeout_s=900,
+    ),
+    Bench(
+        "interactions", "Interactions: ProxySPEX on SmolLM2 layer 3 (spec B.4 P3)", _m("bench.interactions_bench"),
+        (), ("--quick",),
+        meaning="The feature whose activation on ' bank' rises most with 'river' in context; ProxySPEX over the "
+        "tokens of its strongest river text (the reference 8 × 5-fold LightGBM grid; --quick: one configuration), "
+        "with ' bank' kept and with ' bank' a player. Target (spec B.4 P3): a positive (' river', ' bank') Möbius "
+        "term; R² on 1000 fresh masks of ProxySPEX vs Shapley vs Banzhaf and the wall time per game reported.",
+        check=targets.check_interactions, timeout_s=1800,
+    ),
 )  # fmt: skip
 
 

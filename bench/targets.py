@@ -237,3 +237,26 @@ def check_app(e: Emitted) -> list[Verdict]:
 def check_explain_table(e: Emitted) -> list[Verdict]:
     """check_explain over rows keyed by 'explainer | concurrency'."""
     return check_explain(_explain_keyed(e))
+
+
+def check_attribution(e: Emitted) -> list[Verdict]:
+    """Issue 21: DePass of one 128-token text for one feature at layer 3 of SmolLM2 in under 2 s on 2 CPU cores."""
+    out = [_compare("DePass tokens (softmax rule), 128 tokens, layer 3, wall s", _cell(e.tables, "wall", "tokens:softmax"),
+                    "<", 2.0, " s")]  # fmt: skip
+    for run in ("tokens:up_linear", "tokens:gate_linear", "components:softmax"):
+        out.append(_report(f"DePass {run}, wall s", _cell(e.tables, "wall", run)))
+    return out
+
+
+def check_interactions(e: Emitted) -> list[Verdict]:
+    """Issue 22 / spec B.4 P3: a positive (" river", " bank") Möbius term on SmolLM2 layer 3; the R² table and the wall
+    time per game reported."""
+    pair = _cell(e.tables, "(' river', ' bank') Möbius", "with target as a player")
+    value = number(pair)
+    out = [Verdict("(' river', ' bank') Möbius term", pair if pair is not None else MISSING_VALUE, "> 0",
+                   None if value is None else value > 0)]  # fmt: skip
+    for game in ("spec game", "with target as a player"):
+        for method in ("ProxySPEX", "Shapley", "Banzhaf"):
+            out.append(_report(f"{game}: R² {method}", _cell(e.tables, f"R² {method}", game)))
+        out.append(_report(f"{game}: wall s", _cell(e.tables, "wall s", game)))
+    return out

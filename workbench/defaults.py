@@ -76,3 +76,9 @@ ABSORPTION_SEED = 42
 
 DEFAULT_BACKEND = "local"
 """`--backend` of index/explain/score/train: this process; `ray` runs the same work on Ray (specs/scale.md)."""
+
+INTERACTION_MASK = "auto"
+"""How `workbench interactions` masks a token player: the tokenizer's unk token if it has one, else the mean
+embedding. The ProxySPEX authors mask with [UNK]/<unk> (specs/attribution.md B.1.1); a model without one (SmolLM2) would
+otherwise get eos, which in its training data starts a new document: with eos the P3 check's (" river", " bank") term
+came out negative, with the mean embedding positive (bench/RESULTS.md, "Interactions"). `unk` = unk, else eos, else pad."""

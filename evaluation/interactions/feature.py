@@ -14,6 +14,7 @@ import torch
 from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
+from sae_workbench.defaults import INTERACTION_MASK
 from sae_workbench.evaluation.interactions.errors import PlayerError
 from sae_workbench.evaluation.interactions.games import (
     PLAYER_TYPES,
@@ -27,7 +28,7 @@ from sae_workbench.evaluation.interactions.spex import InteractionResult, explai
 
 def feature_game(
     model: HookedTransformer, sae: SAE[Any], hook: str, tokens_N: torch.Tensor, feature: int, position: int = -1,
-    players: str = "tokens", value: str = "post", mask: str = "unk", ablation: str = "zero",
+    players: str = "tokens", value: str = "post", mask: str = INTERACTION_MASK, ablation: str = "zero",
     upstream: tuple[SAE[Any], str] | None = None,
 ) -> FeatureGame:  # fmt: skip
     """The value function of `feature` at `position` over the chosen players (tokens, heads or upstream)."""
@@ -44,7 +45,7 @@ def feature_game(
 
 def feature_interactions(
     model: HookedTransformer, sae: SAE[Any], hook: str, tokens_N: torch.Tensor, feature: int, position: int = -1,
-    players: str = "tokens", value: str = "post", mask: str = "unk", ablation: str = "zero",
+    players: str = "tokens", value: str = "post", mask: str = INTERACTION_MASK, ablation: str = "zero",
     upstream: tuple[SAE[Any], str] | None = None, budget: int | None = None, seed: int = 0, index: str = "FBII",
     grid: Mapping[str, list[Any]] | None = None,
 ) -> InteractionResult:  # fmt: skip

@@ -22,6 +22,8 @@ from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
 from sae_workbench.corpus import default_bos_id
+from sae_workbench.defaults import INTERACTION_MASK as DEFAULT_MASK
+from sae_workbench.errors import CorpusError
 from sae_workbench.evaluation.attribution.depass import (
     MAX_UPSTREAM_FEATURES,
     Target,
@@ -33,7 +35,7 @@ from sae_workbench.evaluation.interactions.errors import PlayerError
 from sae_workbench.models import stop_layer
 
 PLAYER_TYPES = ("tokens", "heads", "upstream")
-MASKS = ("unk", "mean")
+MASKS = ("auto", "unk", "mean")
 HEAD_ABLATIONS = ("zero", "mean")
 VALUES = ("post", "pre")
 BATCH = 256
@@ -115,16 +117,33 @@ def _decode(model: HookedTransformer, ids: list[int]) -> str:
 
 
 def mask_embedding(model: HookedTransformer, mask: str) -> tuple[torch.Tensor, str]:
-    """The embedding a masked token gets and its name: unk, else eos, else pad token; or the mean embedding."""
+    """The embedding a masked token gets and its name: `unk` = unk, else eos, else pad token; `mean` = the mean
+    embedding; `auto` = unk if the tokenizer has one of its own (not also its eos/bos/pad), else the mean embedding."""
+    _choice("mask", mask, MASKS)
     W_E = model.W_E.detach()
-    if mask == "mean":
-        return W_E.mean(0), "mean embedding"
     tok = model.tokenizer
-    for name in ("unk_token_id", "eos_token_id", "pad_token_id"):
+    names: tuple[str, ...] = ("unk_token_id", "eos_token_id", "pad_token_id")
+    if mask == "mean" or (mask == "auto" and not _dedicated_unk(tok)):
+        names = ()
+    for name in names:
         token_id = getattr(tok, name, None) if tok is not None else None
         if token_id is not None:
             return W_E[int(token_id)], f"{name[:-9]} {_decode(model, [int(token_id)])!r}"
     return W_E.mean(0), "mean embedding"
+
+
+def _dedicated_unk(tokenizer: Any) -> bool:
+    """Whether the tokenizer has an unk token that is not also its eos, bos, pad or document separator (SmolLM2's unk
+    is <|endoftext|>, the separator its pre-training put between documents)."""
+    unk = getattr(tokenizer, "unk_token_id", None) if tokenizer is not None else None
+    if unk is None:
+        return False
+    others = {getattr(tokenizer, f"{n}_token_id", None) for n in ("eos", "bos", "pad")}
+    try:
+        others.add(default_bos_id(tokenizer))
+    except (AttributeError, CorpusError):  # a tokenizer without the separator lookups
+        pass
+    return unk not in others
 
 
 def _choice(name: str, got: str, allowed: tuple[str, ...]) -> None:
@@ -146,7 +165,7 @@ def _prepare(
 
 def token_game(
     model: HookedTransformer, sae: SAE[Any], hook: str, tokens_N: torch.Tensor, feature: int,
-    position: int = -1, value: str = "post", mask: str = "unk", batch_size: int = BATCH, include_target: bool = False,
+    position: int = -1, value: str = "post", mask: str = DEFAULT_MASK, batch_size: int = BATCH, include_target: bool = False,
 ) -> FeatureGame:  # fmt: skip
     """Players: the tokens before the target (BOS kept); masked = the mask embedding at hook_embed.
 

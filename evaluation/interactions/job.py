@@ -16,6 +16,7 @@ import torch
 from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
+from sae_workbench.defaults import INTERACTION_MASK
 from sae_workbench.evaluation.attribution.job import JobSummary, config_key, top_examples_of
 from sae_workbench.evaluation.interactions.errors import ConstantGameError, PlayerError
 from sae_workbench.evaluation.interactions.feature import feature_game
@@ -41,7 +42,7 @@ class InteractConfig:
     seed: int = 0
     value: str = "post"
     """post (the SAE's activation) or pre (its encoder pre-activation)."""
-    mask: str = "unk"
+    mask: str = INTERACTION_MASK
     """Token players: unk (tokenizer unk, else eos, else pad) or mean (the mean embedding)."""
     ablation: str = "zero"
     """Head players: zero or mean ablation of hook_z."""

@@ -184,3 +184,63 @@ def test_cli_stores_interactions_and_a_rerun_skips(sample):
         f"0 new results (0 constant: the feature does not respond to masking), {len(rows)} already stored"
         in (again.output)
     )
+
+
+def test_mask_embedding_auto_is_unk_if_the_tokenizer_has_one_else_the_mean(tiny_model):
+    """SmolLM2's tokenizer has no unk of its own (its unk is <|endoftext|>, its document separator): `auto` masks with the mean
+    embedding, `unk` with that token; a tokenizer with a dedicated unk token gets it under `auto` and `unk`; an unknown
+    choice is refused."""
+    from types import SimpleNamespace
+
+    from sae_workbench.evaluation.interactions.games import mask_embedding
+
+    W_E = tiny_model.W_E.detach()
+    tok = tiny_model.tokenizer
+    assert tok.unk_token_id == tok.convert_tokens_to_ids("<|endoftext|>")
+    vec, name = mask_embedding(tiny_model, "auto")
+    assert name == "mean embedding" and torch.equal(vec, W_E.mean(0))
+    vec, name = mask_embedding(tiny_model, "unk")
+    assert name == "unk '<|endoftext|>'" and torch.equal(vec, W_E[tok.unk_token_id])
+    assert torch.equal(mask_embedding(tiny_model, "mean")[0], W_E.mean(0))
+    with_unk = SimpleNamespace(
+        W_E=tiny_model.W_E,
+        tokenizer=SimpleNamespace(
+            unk_token_id=7, eos_token_id=0, bos_token_id=1, pad_token_id=None, decode=lambda ids: "<unk>"
+        ),
+    )
+    for mask in ("auto", "unk"):
+        vec, name = mask_embedding(with_unk, mask)  # type: ignore[arg-type]
+        assert name == "unk '<unk>'" and torch.equal(vec, W_E[7])
+    with pytest.raises(ValueError, match="unknown mask"):
+        mask_embedding(tiny_model, "eos")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("players", ["heads", "upstream"])
+def test_cli_head_and_upstream_players(sample, players):
+    """`workbench interactions --players heads|upstream` stores results of that player type whose players are the
+    model's heads below the SAE / the upstream SAE's active features (labels say which)."""
+    args = [
+        "interactions", "--store", str(sample.path), "--sae", sample.sae_id, "--sae-path", str(sample.sae_dir),
+        "--features", "0-1", "--budget", "200", "--quick", "--no-progress", "--players", players,
+    ]  # fmt: skip
+    if players == "upstream":
+        args += ["--upstream-sae", str(sample.sae_dir), "--upstream-hook", "blocks.0.hook_resid_post"]
+    cli._register_stage_commands()
+    out = runner.invoke(cli.app, args)
+    assert out.exit_code == 0, out.output
+    store = Store.open(sample.path, read_only=True)
+    rows = [r for f in range(2) for r in store.interactions(sample.sae_id, f) if r.player_type == players]
+    assert rows and f"{len(rows)} new results" in out.output
+    ok = [r for r in rows if r.status == "ok"]
+    assert ok
+    model = load_model(MODEL)
+    for r in ok:
+        labels = r.result["labels"]
+        if players == "heads":
+            assert (
+                len(labels) == 2 * model.cfg.n_heads
+            )  # SAE at blocks.1.hook_resid_post: the heads of blocks 0-1
+            assert {label.split(".")[0] for label in labels} == {"L0", "L1"}
+        else:
+            assert labels and all(label.startswith("F") or label[0].isdigit() for label in labels), labels

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import typer
 
+from sae_workbench import defaults
 from sae_workbench.cli import options
 
 QUICK_GRID = {"max_depth": [3], "max_iter": [1000], "learning_rate": [0.1]}
@@ -33,7 +34,11 @@ def interactions(
     budget: int | None = typer.Option(None, help="Masks per method; default min(5000, max(1000, 16 n))."),
     seed: options.Seed = 0,
     value: str = typer.Option("post", help="post (SAE activation) or pre (encoder pre-activation)."),
-    mask: str = typer.Option("unk", help="Masked tokens: unk (unk, else eos, else pad) or mean embedding."),
+    mask: str = typer.Option(
+        defaults.INTERACTION_MASK,
+        help="Masked tokens: auto (unk if the tokenizer has one, else the mean embedding), unk (unk, else eos, else "
+        "pad) or mean (the mean embedding).",
+    ),
     ablation: str = typer.Option("zero", help="Masked heads: zero or mean ablation of hook_z."),
     index: str = typer.Option("FBII", help="Order-2 index shown beside the Möbius terms: FBII or k-SII."),
     quick: bool = typer.Option(
