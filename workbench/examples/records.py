@@ -134,10 +134,18 @@ def crop_record(record: Record, length: int | None, lead: int = 8) -> Record:
     n = len(record)
     if length is None or n <= length:
         return record
-    peak = int(np.argmax(record.acts)) if record.max_act > 0 else 0
-    end = min(n, max(length, peak + 1 + lead))
-    start = end - length
+    start = crop_start(record.acts, length, lead)
+    end = start + length
     return Record(record.window_id, record.tokens[start:end], record.acts[start:end].copy())
+
+
+def crop_start(acts: np.ndarray, length: int | None, lead: int = 8) -> int:
+    """Where `crop_record` starts the crop of a record with these per-token activations (0: its first tokens)."""
+    n = len(acts)
+    if length is None or n <= length:
+        return 0
+    peak = int(np.argmax(acts)) if n and float(acts.max()) > 0 else 0
+    return min(n, max(length, peak + 1 + lead)) - length
 
 
 def make_record(

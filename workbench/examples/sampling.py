@@ -36,7 +36,7 @@ from tqdm.auto import tqdm
 from sae_workbench.embeddings import DEFAULT_EMBEDDING_MODEL, embed_texts
 from sae_workbench.errors import WorkbenchError
 from sae_workbench.examples.loading import load_records
-from sae_workbench.examples.records import crop_record, make_record
+from sae_workbench.examples.records import crop_record, crop_start, make_record
 from sae_workbench.store import Example, Sample, Store, WindowEmbeddings
 from sae_workbench.store.embeddings import embedding_key
 
@@ -234,17 +234,32 @@ def _peak_crop_embeddings(
 ) -> np.ndarray:  # fmt: skip
     """(K, D) embeddings of the windows' `cfg.crop`-token crops around the feature's peak: the stored first-crop
     embedding where the peak crop is the first crop (a peak early in the window, or a window no longer than the
-    crop), a fresh embedding otherwise."""
+    crop, or a later crop with the same text), a fresh embedding otherwise.
+
+    Which crops moved is decided from the activations and the windows' masks alone; token strings are read only for
+    the windows whose crop moved."""
     ids = [int(i) for i in window_ids]
-    shown = ["".join(r.tokens) for r in load_records(store, sae_id, corpus, feature, ids, cfg.crop)]
-    first = crop_texts(store, corpus, ids, cfg.crop)
+    acts_NT = store.window_activations(sae_id, feature, ids)
+    masks = store.window_masks(corpus, ids)
+    moved: list[int] = []
+    for row, wid in enumerate(ids):
+        keep = masks[wid].copy()
+        if keep.size:
+            keep[0] = False  # BOS, as make_record drops it
+        if crop_start(acts_NT[row, : keep.size][keep], cfg.crop) > 0:
+            moved.append(row)
     rows = np.searchsorted(stored.window_ids, np.asarray(ids, dtype=np.int64))
-    out = np.zeros((len(ids), stored.embeddings_ND.shape[1]), np.float32)
-    fresh = [i for i, (a, b) in enumerate(zip(shown, first, strict=True)) if a != b]
-    same = np.setdiff1d(np.arange(len(ids)), fresh)
-    out[same] = stored.embeddings_ND[rows[same]]
+    out = np.asarray(stored.embeddings_ND[rows], dtype=np.float32).copy()
+    if not moved:
+        return out
+    records = load_records(store, sae_id, corpus, feature, [ids[r] for r in moved])
+    shown = ["".join(crop_record(r, cfg.crop).tokens) for r in records]
+    first = ["".join(r.tokens[: cfg.crop]) for r in records]
+    fresh = [row for row, a, b in zip(moved, shown, first, strict=True) if a != b]
     if fresh:
-        out[fresh] = embed_texts([shown[i] for i in fresh], cfg.embedding_model)
+        out[fresh] = embed_texts(
+            [s for s, f in zip(shown, first, strict=True) if s != f], cfg.embedding_model
+        )
     return out
 
 

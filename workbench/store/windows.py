@@ -115,6 +115,23 @@ class Windows(Partitions):
         require_windows(corpus, ids, out)
         return out
 
+    def window_masks(self, corpus: str, window_ids: Sequence[int] | np.ndarray) -> dict[int, np.ndarray]:
+        """(T,) bool masks of windows by id, without their tokens (missing ids raise StoreError)."""
+        ids = [int(i) for i in window_ids]
+        with self._conn() as conn:
+            windows, chunks = self._windows_sql(corpus), self._chunk_filter(corpus, ids)
+            where, params = in_ids("window_id", ids)
+            cols = numpy_columns(
+                conn,
+                f"SELECT window_id, mask FROM {windows} WHERE corpus = ?{chunks} AND {where}",
+                [corpus, *params],
+            )
+        out = {
+            int(w): np.asarray(m, dtype=bool) for w, m in zip(cols["window_id"], cols["mask"], strict=True)
+        }
+        require_windows(corpus, ids, out)
+        return out
+
     def window_ids(self, corpus: str) -> np.ndarray:
         """All stored window ids of `corpus`, ascending, int64."""
         with self._conn() as conn:
