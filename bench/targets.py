@@ -226,6 +226,10 @@ def check_app(e: Emitted) -> list[Verdict]:
                     _cell(t, "ms", "median-density feature: AppTest"), "<", 300, " ms")]  # fmt: skip
     out.append(_compare("Feature page (AppTest, cold), densest feature", _cell(t, "ms", "densest feature: AppTest"),
                         "<", 300, " ms"))  # fmt: skip
+    out.append(_compare("Feature page (AppTest, cold), median-density feature, DePass + effects + interactions stored",
+                        _cell(t, "ms", "median-density feature, DePass"), "<", 300, " ms"))  # fmt: skip
+    out.append(_compare("Feature page (AppTest, cold), densest feature, DePass + effects + interactions stored",
+                        _cell(t, "ms", "densest feature, DePass"), "<", 300, " ms"))  # fmt: skip
     out.append(
         _compare("explanation search, MiniLM semantic, warm", _cell(t, "ms", "semantic"), "<", 200, " ms")
     )
