@@ -29,6 +29,7 @@ import numpy as np
 from sae_workbench.embeddings import DEFAULT_EMBEDDING_MODEL
 from sae_workbench.examples.sampling import (
     EMBED_CROP,
+    MissingEmbeddingsError,
     NegativeConfig,
     NegativeSource,
     draw_negatives,
@@ -174,8 +175,11 @@ def negative_sample(
     for stored in store.samples(sae_id, feature, source.value):
         if stored.seed == seed and stored.config == params:
             return stored
-    prepare_split(store, sae_id, config)  # a no-op once the corpus is embedded
-    return draw_negatives(store, sae_id, feature, source, k=k, seed=seed, config=neg_cfg, exclude=excluded)
+    try:  # close negatives check that every indexed window has its embedding (no anti-join per feature)
+        return draw_negatives(store, sae_id, feature, source, k=k, seed=seed, config=neg_cfg, exclude=excluded)
+    except MissingEmbeddingsError:
+        prepare_split(store, sae_id, config)  # embeds what is missing, once per corpus and crop
+        return draw_negatives(store, sae_id, feature, source, k=k, seed=seed, config=neg_cfg, exclude=excluded)
 
 
 def prepare_split(store: Store, sae_id: str, config: SplitConfig) -> None:
