@@ -108,7 +108,7 @@ def _n_distributions() -> int:
     return sum(1 for _ in distributions())
 
 
-def component_discovery() -> tuple[object | None, float]:
+def component_discovery() -> tuple[Any, float]:
     """Streamlit's scan of every installed distribution for custom components, done once (ms). `streamlit run` does it
     once at server start (Runtime.__init__); AppTest does it on the first run of every AppTest, where it costs more
     than the page itself once the venv holds a few hundred distributions (the `scale` and `interactions` extras)."""
@@ -122,7 +122,7 @@ def component_discovery() -> tuple[object | None, float]:
     return manager, (time.perf_counter() - t0) * 1000
 
 
-_DISCOVERED: list[object | None] = []
+_DISCOVERED: list[Any] = []
 
 
 def new_apptest() -> Any:

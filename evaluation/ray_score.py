@@ -20,12 +20,13 @@ exactly its own; the parallelism is across workers. CoSy runs the model and the 
 from __future__ import annotations
 
 import asyncio
+import functools
 import math
 import os
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from tqdm.auto import tqdm
 
@@ -57,6 +58,9 @@ from sae_workbench.llm.config import LLMConfig
 from sae_workbench.raycluster import RayConfig, import_ray, init_ray
 from sae_workbench.status import Status
 from sae_workbench.store import ExplanationRecord, ScoreRecord, Store
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 class RemoteScoreError(WorkbenchError):
@@ -153,33 +157,6 @@ class ScoreWorker:
         return out, self.cache.drain()
 
 
-def run_scoring_ray(
-    store: Store,
-    sae_id: str,
-    config: ScoreConfig,
-    *,
-    llm: LLMConfig | None = None,
-    embedding_model: str = "",
-    explainer: str | None = None,
-    features: Sequence[int] | None = None,
-    progress: bool = True,
-    workers: int | None = None,
-    qps: float | None = None,
-    burst: int = 1,
-    batch_size: int = DEFAULT_BATCH,
-    ray_config: RayConfig | None = None,
-    env: Mapping[str, str] | None = None,
-) -> ScoreJobResult:
-    """Score like `score_job.run_scoring` with the same components (`score_backends`), on Ray workers."""
-    return asyncio.run(
-        run_scoring_ray_async(
-            store, sae_id, config, llm=llm, embedding_model=embedding_model, explainer=explainer,
-            features=features, progress=progress, workers=workers, qps=qps, burst=burst, batch_size=batch_size,
-            ray_config=ray_config, env=env,
-        )
-    )  # fmt: skip
-
-
 @dataclass
 class _Live:
     """A live explanation on its way to a worker."""
@@ -207,7 +184,8 @@ async def run_scoring_ray_async(
     ray_config: RayConfig | None = None,
     env: Mapping[str, str] | None = None,
 ) -> ScoreJobResult:
-    """Async form of `run_scoring_ray`."""
+    """Score like `score_job.run_scoring` with the same components (`score_backends`), on Ray workers (awaitable;
+    `run_scoring_ray` runs it to completion)."""
     if config.scorer == "cosy":
         raise ScoreConfigError(
             "--scorer cosy runs the model and the SAE in this process: use --backend local"
@@ -325,6 +303,20 @@ async def run_scoring_ray_async(
     return ScoreJobResult(
         counts["scored"], plan.skipped, counts["failed"], time.perf_counter() - t0, counts["dead"]
     )
+
+
+def _blocking(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, R]:
+    """`fn` with the same parameters, run to completion on a new event loop (`asyncio.run`)."""
+
+    @functools.wraps(fn)
+    def run(*args: P.args, **kwargs: P.kwargs) -> R:
+        return asyncio.run(fn(*args, **kwargs))
+
+    return run
+
+
+run_scoring_ray = _blocking(run_scoring_ray_async)
+"""`run_scoring_ray_async` run to completion: the entry point of `workbench score --backend ray`."""
 
 
 async def _awaited(ref: Any) -> Any:
