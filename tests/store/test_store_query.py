@@ -33,6 +33,9 @@ def test_query_returns_an_arrow_table_of_the_rows(store: Store) -> None:
     described = store.query("DESCRIBE evals").column("column_name").to_pylist()
     assert described == [name for name, _ in store.table_columns("evals")]
     assert "evals" in store.query("SHOW TABLES").column("name").to_pylist()
+    # EXPLAIN ANALYZE runs its statement: allowed when that statement is a read
+    plan = store.query("EXPLAIN ANALYZE SELECT count(*) FROM evals").to_pylist()
+    assert [row["explain_key"] for row in plan] == ["analyzed_plan"]
 
 
 @pytest.mark.parametrize(
@@ -47,6 +50,10 @@ def test_query_returns_an_arrow_table_of_the_rows(store: Store) -> None:
         "COPY evals TO '/tmp/evals.csv'",
         "PRAGMA version",
         "SELECT NextVal ('eval_ids')",
+        "EXPLAIN ANALYZE DELETE FROM evals",
+        "explain analyse insert into evals select * from evals",
+        "/* c */ EXPLAIN (FORMAT JSON) ANALYZE DROP TABLE evals",
+        "EXPLAIN ANALYZE SELECT nextval('eval_ids')",
         "",
         "SELEC 1",
     ],

@@ -32,6 +32,12 @@ from sae_workbench.store.sql import Table, arrow
 _READ_STATEMENTS = (duckdb.StatementType.SELECT, duckdb.StatementType.EXPLAIN)
 # The one way a SELECT writes: advancing a sequence (not undone by a rollback in DuckDB).
 _SEQUENCE_CALL = re.compile(r"\b(nextval|setval)\s*\(", re.IGNORECASE)
+# EXPLAIN [ANALYZE] runs or plans another statement, which must itself be a read: `EXPLAIN ANALYZE DELETE …`
+# executes the DELETE. Leading comments and an option list such as `(FORMAT JSON)` may come before it.
+_EXPLAIN_PREFIX = re.compile(
+    r"^\s*(?:(?:/\*.*?\*/|--[^\n]*(?:\n|$))\s*)*EXPLAIN\s*(?:\([^)]*\)\s*)?(?:ANALY[SZ]E\b\s*)?(?:\([^)]*\)\s*)?",
+    re.IGNORECASE | re.DOTALL,
+)
 
 
 def read_only_statement(sql: str) -> str:
@@ -53,6 +59,11 @@ def read_only_statement(sql: str) -> str:
         )
     if _SEQUENCE_CALL.search(statement.query):
         raise QueryNotAllowedError("nextval/setval advance the store's id sequences; they are not reads.")
+    if statement.type == duckdb.StatementType.EXPLAIN:
+        prefix = _EXPLAIN_PREFIX.match(statement.query)
+        if prefix is None or not statement.query[prefix.end() :].strip():
+            raise QueryNotAllowedError("cannot tell which statement EXPLAIN runs; EXPLAIN a SELECT.")
+        read_only_statement(statement.query[prefix.end() :])  # EXPLAIN ANALYZE executes it: it must be a read
     return statement.query.strip().rstrip(";")
 
 
