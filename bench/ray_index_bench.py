@@ -8,8 +8,12 @@ own fresh store (feature statistics off: they are the same code after the rows a
 cluster with as many CPUs as the machine (started before the timers); "1 worker" is one actor with every thread,
 "2 workers" two actors with half of them each, the local backend uses every thread in this process. Wall time counts
 everything the command does (actor start: a new process importing torch + sae_lens and loading the model, staging
-files, commits, the final sort); "steady tok/s" counts only the ranges committed after the first one, i.e. the rate
-once every actor is up; "Ray overhead" = Ray wall − local wall. The rows of every run are checked equal.
+files, commits, the final sort); "steady tok/s" is the rate once every actor is up: per actor, the tokens of the ranges
+it committed after its first one over the time from its first commit to its last (an actor runs its ranges one after
+another, so that window holds exactly those ranges' work), summed over the actors. Counting every range committed
+after the run's first commit instead would credit the second actor's whole first range to a window that starts
+after the first actor's commit, inflating the 2-worker rate. "Ray overhead" = Ray wall − local wall. The rows of
+every run are checked equal.
 """
 
 from __future__ import annotations
@@ -23,6 +27,18 @@ from pathlib import Path
 import torch
 
 HOOK = "blocks.3.hook_resid_post"
+
+
+def steady_rate(commits: list[tuple[float, int, int]], workers: int) -> float:
+    """Tokens/s once every actor is up: the sum over actors of (tokens of its ranges after its first) / (its last
+    commit − its first commit); NaN when an actor committed fewer than two ranges (no steady window to measure)."""
+    total = 0.0
+    for actor in range(workers):
+        mine = [(t, n) for t, a, n in commits if a == actor]
+        if len(mine) < 2 or mine[-1][0] <= mine[0][0]:
+            return float("nan")
+        total += sum(n for _, n in mine[1:]) / (mine[-1][0] - mine[0][0])
+    return total
 
 
 def main() -> None:
@@ -82,10 +98,10 @@ def main() -> None:
         n_cpus = os.cpu_count() or 1
         with ray_session(RayConfig(num_cpus=n_cpus, num_gpus=1 if args.device.startswith("cuda") else 0)):
             for workers in (1, 2):
-                commits: list[tuple[float, int]] = []
+                commits: list[tuple[float, int, int]] = []
 
-                def on_commit(staged: StagedRange) -> None:
-                    commits.append((time.perf_counter(), staged.n_windows * args.context_size))  # noqa: B023
+                def on_commit(staged: StagedRange, actor: int) -> None:
+                    commits.append((time.perf_counter(), actor, staged.n_windows * args.context_size))  # noqa: B023
 
                 ray_cfg = RayIndexConfig(
                     workers=workers,
@@ -100,11 +116,7 @@ def main() -> None:
                 )
                 wall = time.perf_counter() - started
                 counts.append(store.activation_count(result.sae_id))
-                steady = (
-                    sum(n for _, n in commits[1:]) / (commits[-1][0] - commits[0][0])
-                    if len(commits) > 1 and commits[-1][0] > commits[0][0]
-                    else float("nan")
-                )
+                steady = steady_rate(commits, workers)
                 rate = result.new_tokens / wall
                 rows.append(["ray", str(workers), f"{result.new_tokens:,}", f"{wall:.1f}", f"{rate:,.0f}",
                              f"{steady:,.0f}", f"{rate / local_rate:.2f}× (steady {steady / local_rate:.2f}×)",

@@ -250,15 +250,17 @@ class Indexer:
             [("feature", "ascending")]
         )  # row groups by feature: each reduce task reads its own
         windows_file, acts_file = staging_paths(self.staging_root, self.sae_id, start, end)
+        windows_sha256 = _write_atomic(windows_table(self.corpus.name, batches, self.strings_V), windows_file)
+        # Half-staged: the windows file is in place, the activations file not yet (the crash test's second point).
+        fail_point(f"index-range-staged-{start}")
+        activations_sha256 = _write_atomic(acts, acts_file, RANGE_ROW_GROUP)
         return StagedRange(
             start=start,
             end=end,
             windows_file=windows_file,
-            windows_sha256=_write_atomic(
-                windows_table(self.corpus.name, batches, self.strings_V), windows_file
-            ),
+            windows_sha256=windows_sha256,
             activations_file=acts_file,
-            activations_sha256=_write_atomic(acts, acts_file, RANGE_ROW_GROUP),
+            activations_sha256=activations_sha256,
             n_tokens=int(sum(int(b.mask_BT.sum()) for b in batches)),
             n_rows=int(acts.num_rows),
             n_windows=int(sum(len(b.window_ids) for b in batches)),
@@ -376,13 +378,13 @@ def index_sae_ray(
     mask_policy: MaskPolicy | None = None,
     sae_path: str | None = None,
     sae_metrics: dict[str, Any] | None = None,
-    on_commit: Callable[[StagedRange], None] | None = None,
+    on_commit: Callable[[StagedRange, int], None] | None = None,
 ) -> IndexResult:
     """`index_sae` on Ray: the same rows, statistics and resume semantics, with the driver the store's sole writer.
 
     `model` (loaded here for the checks and the statistics) is reloaded by name on every worker; the SAE is loaded
     there from `sae_path` when that is a folder, else shipped through Ray's object store. `on_commit` is called
-    after each range this call commits (progress display, benchmarks).
+    after each range this call commits, with the index of the actor that computed it (progress display, benchmarks).
     """
     cfg = config or IndexConfig()
     rcfg = ray_index or RayIndexConfig()
@@ -458,7 +460,7 @@ def index_sae_ray(
                         new_rows += staged.n_rows
                         log.info("committed range %d-%d: %d rows", staged.start, staged.end, staged.n_rows)
                         if on_commit is not None:
-                            on_commit(staged)
+                            on_commit(staged, actor)
                     Path(staged.windows_file).unlink(missing_ok=True)
                     if partition_root is None:  # else the committed range file feeds the reduce step
                         Path(staged.activations_file).unlink(missing_ok=True)
