@@ -176,10 +176,14 @@ def negative_sample(
         if stored.seed == seed and stored.config == params:
             return stored
     try:  # close negatives check that every indexed window has its embedding (no anti-join per feature)
-        return draw_negatives(store, sae_id, feature, source, k=k, seed=seed, config=neg_cfg, exclude=excluded)
+        return draw_negatives(
+            store, sae_id, feature, source, k=k, seed=seed, config=neg_cfg, exclude=excluded
+        )
     except MissingEmbeddingsError:
         prepare_split(store, sae_id, config)  # embeds what is missing, once per corpus and crop
-        return draw_negatives(store, sae_id, feature, source, k=k, seed=seed, config=neg_cfg, exclude=excluded)
+        return draw_negatives(
+            store, sae_id, feature, source, k=k, seed=seed, config=neg_cfg, exclude=excluded
+        )
 
 
 def prepare_split(store: Store, sae_id: str, config: SplitConfig) -> None:
