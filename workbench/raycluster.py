@@ -23,6 +23,11 @@ LOCAL_OBJECT_STORE_BYTES = 256 * 2**20
 """Object store of a local cluster: small, for a laptop or a 24 GiB CI box (specs/scale.md 4.4)."""
 
 
+LOCAL_RAY_ENV = {"RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "RAY_USAGE_STATS_ENABLED": "0"}
+"""Environment a local cluster forces whatever is exported: Ray's single-machine mode (binds 127.0.0.1, not the
+routable address) and no usage reporting."""
+
+
 class RayUnavailableError(WorkbenchError):
     """`--backend ray` was asked for but Ray is not installed."""
 
@@ -49,14 +54,22 @@ def import_ray(local: bool = False) -> Any:
     os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")  # no call home, set before ray is imported
     if local:
         # Ray resolves 127.0.0.1 to the machine's routable address (services.resolve_ip_for_localhost) and binds
-        # its servers there, unless it runs in its single-machine mode; that mode's switch is read at import.
-        os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+        # its servers there, unless it runs in its single-machine mode. The local cluster FORCES that mode, not
+        # setdefault: an exported RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=1 (or a usage-stats opt-in) must not turn our
+        # loopback-only, no-call-home cluster into one reachable from the network. The switch is read at import
+        # by this process (ray_constants.ENABLE_RAY_CLUSTER, set below too in case ray was imported earlier) and by
+        # the raylet, GCS and workers, which inherit this environment.
+        os.environ.update(LOCAL_RAY_ENV)
     try:
         import ray
     except ImportError as err:  # pragma: no cover - the project's own venv installs the extra
         raise RayUnavailableError(
             "--backend ray needs Ray: pip install 'sae-workbench[scale]' (or pass --backend local)"
         ) from err
+    if local:
+        from ray._private import ray_constants
+
+        ray_constants.ENABLE_RAY_CLUSTER = False
     return ray
 
 
