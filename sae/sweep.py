@@ -17,11 +17,14 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from sae_workbench import defaults
 from sae_workbench.errors import WorkbenchError
 from sae_workbench.raycluster import Backend, RayConfig, check_backend, init_ray
+
+if TYPE_CHECKING:
+    from transformer_lens import HookedTransformer
 
 SWEEP_KEYS: dict[str, Callable[[str], Any]] = {
     "architecture": str,
@@ -46,6 +49,10 @@ class SweepSpecError(WorkbenchError):
 
 class SweepFailedError(WorkbenchError):
     """At least one run of a sweep failed after its retries; the others are saved."""
+
+
+class JobModelError(WorkbenchError):
+    """A training job was handed a loaded model other than the one it names."""
 
 
 @dataclass(frozen=True)
@@ -128,9 +135,20 @@ def _finished(out: Path, config: dict[str, Any]) -> bool:
     return done and json.loads(saved.read_text()) == json.loads(json.dumps(config))
 
 
-def train_job(job: TrainJob, resume: bool | None = None, progress: bool = True) -> TrainOutcome:
+def train_job(
+    job: TrainJob,
+    resume: bool | None = None,
+    progress: bool = True,
+    *,
+    model: HookedTransformer | None = None,
+    step: Callable[[str], None] | None = None,
+) -> TrainOutcome:
     """Train, save and measure one SAE. resume: True = from the checkpoint (or an error), False = from scratch,
-    None = whatever the folder allows (skip a finished run, continue a checkpointed one, else start)."""
+    None = whatever the folder allows (skip a finished run, continue a checkpointed one, else start).
+
+    `model`: `job.model` already loaded and checked against the job's hook and context size (the CLI's
+    `load_subject`), so it is neither loaded nor checked again; None loads and checks it here (a Ray worker).
+    `step` is told each stage that has no progress bar of its own (the CLI prints it as a step line)."""
     from sae_workbench.corpus import default_bos_id, resolve_corpus
     from sae_workbench.models import check_context_size, hook_width, load_model, validate_hooks
     from sae_workbench.sae.data import cache_source, first_held_out_window, streaming_source
@@ -148,10 +166,18 @@ def train_job(job: TrainJob, resume: bool | None = None, progress: bool = True) 
                 job.out, "done", str(record["sae_id"]), int(record["n_tokens"]), 0.0, read_metrics(out) or {}
             )
         resume = (out / "checkpoints" / LATEST).exists() and (out / "train_config.json").exists()
-    lm = load_model(job.model, device=job.device)
-    validate_hooks(lm, [job.hook])
-    check_context_size(lm, job.context_size)
+    step = step or _silent
+    if model is None:
+        step(f"loading model {job.model}")
+        lm = load_model(job.model, device=job.device)
+        validate_hooks(lm, [job.hook])
+        check_context_size(lm, job.context_size)
+    elif str(model.cfg.model_name) != job.model:
+        raise JobModelError(f"train_job was handed model {model.cfg.model_name!r} for a job on {job.model!r}")
+    else:
+        lm = model
     assert lm.tokenizer is not None
+    step(f"corpus {job.corpus}")
     corpus = resolve_corpus(job.corpus)
     bos_id = default_bos_id(lm.tokenizer)
     cache = Path(job.cache) if job.cache else None
@@ -165,11 +191,16 @@ def train_job(job: TrainJob, resume: bool | None = None, progress: bool = True) 
         "bos_id": bos_id,
         "dataset_path": job.corpus,
     }
+    step(
+        f"{'resuming' if resume else 'training'} a {cfg.architecture} SAE at {job.hook} into {out}"
+        + ("" if resume else " (first its initialisation from the data)")
+    )
     result = train_sae(
         source, hook_width(lm, job.hook), cfg, out, model_name=job.model, hook=job.hook, metadata=meta,
         resume=resume, device=job.device, progress=progress,
     )  # fmt: skip
     first_window = first_held_out_window(cfg.n_tokens, job.context_size, cfg.shuffle_chunks, cache=cache)
+    step(f"held-out metrics on {job.eval_windows} windows after the training data (window {first_window} on)")
     metrics = held_out_metrics(
         load_sae(out, device=job.device), lm, job.hook, corpus, context_size=job.context_size, bos_id=bos_id,
         first_window=first_window, n_windows=job.eval_windows, ce_windows=job.ce_windows, progress=progress,
@@ -185,6 +216,10 @@ def train_job(job: TrainJob, resume: bool | None = None, progress: bool = True) 
     return TrainOutcome(job.out, status, result.sae_id, result.n_tokens, result.seconds, metrics)
 
 
+def _silent(text: str) -> None:
+    """A `step` that says nothing."""
+
+
 def _train_task(job: TrainJob) -> TrainOutcome:
     """A Ray task's body: one run, resuming whatever an earlier attempt left."""
     return train_job(job, resume=None, progress=False)
@@ -195,8 +230,14 @@ def run_sweep(
     backend: Backend | str = "local",
     ray_config: RayConfig | None = None,
     on_done: Callable[[TrainOutcome], None] | None = None,
+    *,
+    model: HookedTransformer | None = None,
+    step: Callable[[str], None] | None = None,
+    progress: bool = True,
 ) -> list[TrainOutcome]:
-    """Run every job (in order locally; one Ray task each, one GPU each on CUDA); SweepFailedError names failures."""
+    """Run every job (in order locally; one Ray task each, one GPU each on CUDA); SweepFailedError names failures.
+    Locally every job trains on `model` when given (see `train_job`), reports its stages to `step` and shows its
+    bars when `progress`; a Ray task loads its own model and shows nothing."""
     backend = check_backend(str(backend))
     jobs = [job.resolved() for job in jobs]
     if len({job.out for job in jobs}) != len(jobs):
@@ -205,7 +246,7 @@ def run_sweep(
     failures: dict[str, str] = {}
     if backend == "local":
         for job in jobs:
-            outcome = train_job(job, resume=None)
+            outcome = train_job(job, resume=None, progress=progress, model=model, step=step)
             outcomes[job.out] = outcome
             if on_done is not None:
                 on_done(outcome)

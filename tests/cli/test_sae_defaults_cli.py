@@ -140,3 +140,40 @@ def test_resolve_model_prefers_a_loadable_spelling(tmp_path: Path) -> None:
     assert resolve_model("tiny", None) == "tiny"  # loadable as recorded: kept (the SAE id hashes the name)
     assert resolve_model(None, None) == defaults.DEFAULT_MODEL
     assert resolve_model("HuggingFaceTB/SmolLM2-135M-Instruct", "tiny") == "tiny"  # --model wins
+
+
+def test_train_announces_its_stages_and_loads_the_model_once(app, tmp_path: Path, monkeypatch) -> None:
+    """Issue 19 item 4: `workbench train` says what it does between its bars, and loads (and checks) the subject
+    model once: the CLI's load is the one the run trains on."""
+    from sae_workbench import models
+
+    loads: list[str] = []
+    real_load_model = models.load_model
+
+    def counting_load_model(name: str, *args, **kwargs):
+        loads.append(name)
+        return real_load_model(name, *args, **kwargs)
+
+    monkeypatch.setattr(models, "load_model", counting_load_model)
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(TEXT * 40)
+    out = tmp_path / "sae"
+
+    def args(out: Path) -> list[str]:
+        return ["train", "--model", "tiny", "--hook", "blocks.1.hook_resid_post", "--corpus", str(corpus),
+                "--d-sae", "64", "--k", "4", "--tokens", "1024", "--batch-size", "256", "--context-size", "32",
+                "--out", str(out), "--eval-windows", "2", "--ce-windows", "0", "--checkpoint-every", "0"]  # fmt: skip
+
+    result = CliRunner().invoke(app, args(out))
+    assert result.exit_code == 0, (result.output, result.exception)
+    assert loads == ["tiny"]
+    assert (out / "metrics.json").exists()
+    steps = [line for line in result.stderr.splitlines() if line.startswith("▶ ")]
+    expected = ["loading model tiny", f"corpus {corpus}", "training a topk SAE at blocks.1.hook_resid_post",
+                "held-out metrics on 2 windows"]  # fmt: skip
+    assert len(steps) == len(expected), steps
+    for line, want in zip(steps, expected, strict=True):
+        assert want in line, (want, steps)
+    quiet = CliRunner().invoke(app, [*args(tmp_path / "quiet"), "--no-progress"])
+    assert quiet.exit_code == 0, (quiet.output, quiet.exception)
+    assert "▶" not in quiet.stderr

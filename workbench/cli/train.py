@@ -76,6 +76,7 @@ def train(
     ),
     backend: options.Backend = defaults.DEFAULT_BACKEND,
     ray_address: options.RayAddress = None,
+    progress: options.Progress = True,
 ) -> None:
     """Train an SAE with sae-lens, save it in SAELens format, and print held-out metrics (with their directions)."""
     from sae_workbench.raycluster import RayConfig, check_backend
@@ -99,7 +100,13 @@ def train(
         sparse_step=sparse_step,
         shuffle_chunks=1 if cache else TrainConfig.shuffle_chunks,  # a cache chunk is a whole shard
     )
-    options.load_subject(model, [hook], context_size, device)  # checked once, before any run starts
+    step = options.step_lines(progress)
+    # Loaded and checked once, before any run starts; local runs train on this model, a Ray task loads its own.
+    step(
+        f"loading model {model}"
+        + (" (to check the hook before the Ray tasks start)" if backend == "ray" else "")
+    )
+    subject = options.load_subject(model, [hook], context_size, device)
     job = TrainJob(
         model=model, hook=hook, corpus=corpus, out=str(out), cache=str(cache) if cache else None,
         context_size=context_size, device=device, eval_windows=eval_windows, ce_windows=ce_windows,
@@ -122,11 +129,19 @@ def train(
         if backend == "ray":
             run_sweep([job], "ray", RayConfig(address=ray_address), on_done=show)
         else:
-            show(train_job(job, resume=resume))
+            show(train_job(job, resume=resume, progress=progress, model=subject, step=step))
         typer.echo(f"metrics: {Path(out) / 'metrics.json'}")
         return
     jobs = sweep_jobs(job, parse_sweep(sweep))
     typer.echo(f"sweep: {len(jobs)} runs under {out} on the {backend} backend")
-    outcomes = run_sweep(jobs, backend, RayConfig(address=ray_address), on_done=show)
+    outcomes = run_sweep(
+        jobs,
+        backend,
+        RayConfig(address=ray_address),
+        on_done=show,
+        model=subject,
+        step=step,
+        progress=progress,
+    )
     typer.echo(f"sweep done: {sum(o.status != 'done' for o in outcomes)} trained or resumed, "
                f"{sum(o.status == 'done' for o in outcomes)} already finished")  # fmt: skip
