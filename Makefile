@@ -9,7 +9,7 @@ STAMP := $(VENV)/.installed
 DEBIAN_PKGS := bible-kjv fortunes wordnet-base python3-doc chromium chromium-driver
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
 
-.PHONY: demo test test-fast bench lint pyright-tree system-deps venv clean-venv
+.PHONY: demo test test-slow test-all test-fast bench lint pyright-tree system-deps venv clean-venv
 
 venv: $(STAMP)
 
@@ -33,8 +33,16 @@ system-deps:
 demo: system-deps venv
 	$(VENV)/bin/workbench demo
 
-# Coverage ([tool.coverage] in pyproject.toml) prints before pytest's summary line, which stays the last line.
+# `make test`: every test not marked slow (~7 min on 2 cores), with coverage ([tool.coverage] in pyproject.toml),
+# printed before pytest's summary line, which stays the last line. `make test-slow`: the slow integration tests
+# (SmolLM2, Ray clusters, the browser, S3 on moto; ~30 min). CI (.ci/run) runs both; `make test-all` runs all in one.
 test: system-deps venv
+	$(PY) -m pytest -q -m "not slow" --cov --cov-report=term
+
+test-slow: system-deps venv
+	$(PY) -m pytest -q -m slow
+
+test-all: system-deps venv
 	$(PY) -m pytest -q --cov --cov-report=term
 
 test-fast: venv
