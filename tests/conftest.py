@@ -52,3 +52,35 @@ def ray_cluster():
     yield ray
     if started:
         ray.shutdown()
+
+
+@pytest.fixture(scope="module", params=["single", "partitioned"])
+def store_layout(request: pytest.FixtureRequest) -> str:
+    """Which layout a populated-store fixture hands out: the single file, or the same store graduated to
+    partitioned Parquet (`graduated_copy`); module-scoped, so each module builds each layout once."""
+    return request.param
+
+
+@pytest.fixture(scope="session")
+def graduated_copy():
+    """A function (store, folder) -> a copy of the single-file store under `folder`, graduated with `Store.graduate`
+    to partitioned Parquet under `folder/root`: every SAE's activations and every corpus's windows moved out of the
+    file (checked, so a test never silently reads the single layout twice). The original store is left as it was."""
+    import shutil
+
+    from sae_workbench.store import Store
+
+    def copy(store, folder: Path):
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / "parted.duckdb"
+        shutil.copy(store.path, path)  # the store checkpoints and detaches its file after every operation
+        parted = Store.open(path)
+        n_rows = {s.sae_id: store.activation_count(s.sae_id) for s in store.list_saes()}
+        corpora = store.query("SELECT DISTINCT corpus FROM windows").column("corpus").to_pylist()
+        parted.graduate(str(folder / "root"))
+        for sae_id, n in n_rows.items():
+            assert parted.activations_root(sae_id) is not None and parted.activation_count(sae_id) == n
+        assert corpora and all(parted.windows_root(c) is not None for c in corpora)
+        return parted
+
+    return copy

@@ -1,4 +1,5 @@
-"""The store's session handle and token search, against ground truth planted in the windows and activations."""
+"""The store's session handle and token search, against ground truth planted in the windows and activations; on the
+single file and on the same store graduated to partitioned Parquet."""
 
 from pathlib import Path
 
@@ -9,11 +10,13 @@ import pytest
 from sae_workbench.store import NotIndexedError, Session, Store
 
 
-@pytest.fixture()
+@pytest.fixture(scope="module")
 def token_store(
-    tmp_path: Path,
+    store_layout: str, graduated_copy, tmp_path_factory: pytest.TempPathFactory
 ) -> tuple[Store, list[list[str]], np.ndarray, dict[tuple[int, int, int], float]]:
-    """Windows of random words (position 0 is BOS, some positions masked) and random activations on them."""
+    """Windows of random words (position 0 is BOS, some positions masked) and random activations on them; in the
+    single file or graduated to partitioned Parquet (`store_layout`, one build per layout for the module)."""
+    tmp_path = tmp_path_factory.mktemp("token_store")
     rng = np.random.default_rng(0)
     words = np.array(["<bos>", " cat", "cat ", " Cat", " dog", " the"])
     n, t = 12, 6
@@ -40,6 +43,8 @@ def token_store(
                "offsets": np.zeros(n, np.int64)}  # fmt: skip
     store.add_index_batch("sae", "c", windows, table, n, int(mask.sum()))
     store.finalize_index("sae")
+    if store_layout == "partitioned":
+        store = graduated_copy(store, tmp_path / "partitioned")
     return store, strings, mask, acts
 
 

@@ -28,14 +28,56 @@ def _windows(ids: list[int], t: int = 4) -> dict:
             "offsets": np.zeros(n, np.int64)}  # fmt: skip
 
 
-@pytest.fixture()
-def store(tmp_path: Path) -> Store:
-    s = Store.open(tmp_path / "s.duckdb")
+def _small_store(path: Path) -> Store:
+    """Windows 0-2; feature 0 fires on windows 0 and 2."""
+    s = Store.open(path)
     s.register_sae("sae", "tiny", "blocks.0.hook_resid_post", 4, 8, {})
     s.start_index("sae", "c", 4, None, {})
     s.add_index_batch("sae", "c", _windows([0, 1, 2]), _acts(0, [0, 2], [1.0, 3.0]), 3, 9)
     s.finalize_index("sae")
     return s
+
+
+@pytest.fixture()
+def store(tmp_path: Path) -> Store:
+    return _small_store(tmp_path / "s.duckdb")
+
+
+def _in_layout(s: Store, layout: str, graduated_copy, folder: Path) -> Store:
+    """`s` itself (single file) or its copy graduated to partitioned Parquet under `folder`."""
+    return graduated_copy(s, folder) if layout == "partitioned" else s
+
+
+@pytest.fixture(scope="module")
+def small_store(store_layout: str, graduated_copy, tmp_path_factory: pytest.TempPathFactory) -> Store:
+    """`_small_store`, read-only, in each layout (built once per module)."""
+    folder = tmp_path_factory.mktemp("small")
+    return _in_layout(_small_store(folder / "s.duckdb"), store_layout, graduated_copy, folder / "partitioned")
+
+
+@pytest.fixture(scope="module")
+def ties_store(store_layout: str, graduated_copy, tmp_path_factory: pytest.TempPathFactory) -> Store:
+    """40 windows, feature 0 on each with values rounded to whole numbers (many ties), in each layout."""
+    folder = tmp_path_factory.mktemp("ties")
+    s = Store.open(folder / "t.duckdb")
+    s.register_sae("sae", "tiny", "blocks.0.hook_resid_post", 4, 8, {})
+    s.start_index("sae", "c", 4, None, {})
+    rng = np.random.default_rng(0)
+    ids = list(range(40))
+    values = np.round(rng.random(40) * 4, 0).astype(np.float32).tolist()  # many ties, broken by window id
+    s.add_index_batch("sae", "c", _windows(ids), _acts(0, ids, values), 40, 9)
+    s.finalize_index("sae")
+    return _in_layout(s, store_layout, graduated_copy, folder / "partitioned")
+
+
+@pytest.fixture(scope="module")
+def random_store(
+    store_layout: str, graduated_copy, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[Store, int]:
+    """`_random_store` in each layout."""
+    folder = tmp_path_factory.mktemp("random")
+    s, n_features = _random_store(folder)
+    return _in_layout(s, store_layout, graduated_copy, folder / "partitioned"), n_features
 
 
 def test_session_releases_the_file_for_other_processes(store: Store) -> None:
@@ -164,17 +206,15 @@ def test_top_k_by_score_is_exact_with_ties() -> None:
     assert top_k_by_score(many, rounded, 37).tolist() == reference.tolist()
 
 
-def test_top_from_window_maxima_equals_the_top_examples_query(tmp_path: Path) -> None:
-    s = Store.open(tmp_path / "t.duckdb")
-    s.register_sae("sae", "tiny", "blocks.0.hook_resid_post", 4, 8, {})
-    s.start_index("sae", "c", 4, None, {})
-    rng = np.random.default_rng(0)
-    ids = list(range(40))
-    values = np.round(rng.random(40) * 4, 0).astype(np.float32).tolist()  # many ties, broken by window id
-    s.add_index_batch("sae", "c", _windows(ids), _acts(0, ids, values), 40, 9)
-    s.finalize_index("sae")
+def test_top_from_window_maxima_equals_the_top_examples_query(ties_store: Store) -> None:
+    s = ties_store
     for k in (0, 1, 7, 40, 100):
         assert s.window_maxima("sae", 0).top(k) == s.top_examples("sae", 0, k)
+    # And both equal the ranking by hand: value descending, ties by window id (every value is window 0..39's own).
+    rows = s.activation_coordinates("sae")
+    ids, values = rows.column("window_id").to_numpy(), rows.column("value").to_numpy()
+    by_hand = ids[np.lexsort((ids, -values))][:7].tolist()
+    assert [e.window_id for e in s.top_examples("sae", 0, 7)] == by_hand
 
 
 def test_explain_lease_pause_frees_the_file_and_a_long_pause_counts_as_the_yield(store: Store) -> None:
@@ -334,10 +374,10 @@ def _random_store(tmp_path: Path, seed: int = 0) -> tuple[Store, int]:
     return s, n_features
 
 
-def test_feature_rows_answer_like_the_aggregate_queries(tmp_path: Path, monkeypatch) -> None:
+def test_feature_rows_answer_like_the_aggregate_queries(random_store: tuple[Store, int], monkeypatch) -> None:
     from sae_workbench.store import feature_rows
 
-    s, n_features = _random_store(tmp_path)
+    s, n_features = random_store
     rng = np.random.default_rng(1)
     asked = np.concatenate([rng.choice(70, 25), [3, 3, 65]])  # repeats and ids beyond the corpus
     with s.session():  # rows read once per feature and reused
@@ -398,7 +438,8 @@ def test_feature_rows_sort_unsorted_input_and_handle_empty() -> None:
     assert empty.dense(np.array([1, 2]), 4).shape == (2, 4) and not empty.dense(np.array([1, 2]), 4).any()
 
 
-def test_window_tokens_equal_the_windows_fields(store: Store) -> None:
+def test_window_tokens_equal_the_windows_fields(small_store: Store) -> None:
+    store = small_store
     windows = store.get_windows("c", [2, 0, 1])
     tokens = store.window_tokens("c", [2, 0, 1, 2])
     assert sorted(tokens) == [0, 1, 2]
