@@ -129,6 +129,85 @@ def test_ray_index_equals_local_and_survives_an_actor_dying_mid_range(
     assert_each_range_once(store, result.sae_id)
 
 
+def test_an_actor_dying_between_its_two_staging_files_leaves_a_range_the_rerun_recomputes(
+    ray_cluster,
+    tiny_model,
+    corpus_file: Path,
+    local_store: Store,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The fault fires inside `index_range` after the windows staging file is written and before the activations
+    file: first with Ray's retries off (the run fails and leaves that half-staged range on disk, uncommitted), then a
+    rerun with retries on, where the same fault kills the restarted actor once more mid-range and Ray retries it.
+    A stale windows file planted with garbage text must be overwritten, never committed; every range lands once."""
+    staging = tmp_path / "staging"
+    store = Store.open(tmp_path / "ray.duckdb")
+    first = tmp_path / "died-half-staged-1"
+    monkeypatch.setenv(
+        FAULT_ENV, f"index-range-staged-8:{first}"
+    )  # range 2 = windows [8, 16), actor 1's first
+    no_retry = dataclasses.replace(RAY, max_restarts=0, max_task_retries=0)
+    with pytest.raises(ray_cluster.exceptions.RayActorError):
+        index_sae_ray(
+            store,
+            tiny_model,
+            make_sae(),
+            HOOK,
+            resolve_corpus(str(corpus_file)),
+            WINDOWS * CTX,
+            CONFIG,
+            no_retry,
+        )
+    assert first.exists(), "the fault never fired: the test did not kill an actor"
+    [record] = store.list_saes()
+    windows_file, acts_file = (Path(p) for p in staging_paths(str(staging), record.sae_id, 8, 16))
+    assert windows_file.exists() and not acts_file.exists()  # half-staged: windows written, activations not
+    assert (8, 16) not in [(r.start, r.end) for r in store.index_ranges(record.sae_id)]
+    stale = pq.read_table(windows_file)
+    stale = stale.set_column(stale.column_names.index("text"), "text", pa.array(["garbage"] * stale.num_rows))
+    pq.write_table(stale, windows_file)
+    second = tmp_path / "died-half-staged-2"
+    monkeypatch.setenv(FAULT_ENV, f"index-range-staged-8:{second}")
+    result = index_sae_ray(
+        store, tiny_model, make_sae(), HOOK, resolve_corpus(str(corpus_file)), WINDOWS * CTX, CONFIG, RAY
+    )
+    assert second.exists(), "the fault never fired on the rerun: Ray's retry was not exercised"
+    committed_before = WINDOWS - result.new_windows
+    assert 0 <= committed_before < WINDOWS
+    assert_each_range_once(store, record.sae_id)
+    assert_same_index(store, local_store)  # window texts included: no "garbage"
+    assert not any(staging.rglob("*.parquet"))
+
+
+def test_index_cli_joins_the_cluster_named_by_ray_address(
+    ray_cluster, corpus_file: Path, local_store: Store, tmp_path: Path
+) -> None:
+    """`workbench index --backend ray` with RAY_ADDRESS exported and no --ray-address runs its driver in the session
+    cluster (Ray's own job table lists the command's pid), not in a local cluster of its own."""
+    from sae_workbench.sae.io import save_sae
+
+    address = ray_cluster.get_runtime_context().gcs_address
+    sae_dir = save_sae(make_sae(), tmp_path / "sae")
+    store_path = tmp_path / "store.duckdb"
+    args = [str(Path(sys.executable).parent / "workbench"), "index", "--store", str(store_path), "--sae",
+            str(sae_dir), "--model", "tiny", "--hook", HOOK, "--corpus", str(corpus_file), "--tokens",
+            str(WINDOWS * CTX), "--context-size", str(CTX), "--batch-size", str(BATCH), "--backend", "ray",
+            "--workers", "1"]  # fmt: skip
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"} | {"RAY_ADDRESS": address}
+    proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    out, _ = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out[-3000:]
+    assert f"{WINDOWS} new windows" in out
+    from ray._private.state import jobs
+
+    assert proc.pid in [job["DriverPid"] for job in jobs()], "the command did not join the session cluster"
+    store = Store.open(store_path)
+    [record] = store.list_saes()
+    assert store.index_ranges(record.sae_id)  # the Ray backend's ledger, not the local loop
+    assert_same_index(store, local_store)
+
+
 DRIVER = """
 import logging, sys
 sys.path.insert(0, sys.argv[1])
