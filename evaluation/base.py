@@ -1,10 +1,12 @@
 """What a scorer is: the `Scorer` protocol, its typed outcome, the test records it is handed, and the shared parts.
 
-    class MyScorer:                               # one file: its config, its algorithm
+    class MyScorer:                               # one file: its config, its loading, its algorithm
         name = "mine"; version = "mine-v1"; headline = "auc"; default_explainers = ()
-        uses_test_set = True; uses_negatives = True
+        uses_test_set = True; uses_negatives = True; local_only = ""
         @classmethod
-        def from_backends(cls, config: ScoreConfig, backends: ScoreBackends) -> MyScorer: ...
+        def check_inputs(cls, inputs: ScorerInputs) -> None: ...   # before any store opens or model loads
+        @classmethod
+        def from_backends(cls, config: ScoreConfig, backends: ScoreBackends) -> MyScorer: ...  # loads what it needs
         def backend(self) -> str: ...                  # the judging component, recorded and part of the key
         def prompt_version(self) -> str: ...
         def key_params(self) -> dict[str, object]: ...  # what else changes its numbers
@@ -13,25 +15,32 @@
 
 plus one line in `evaluation/registry.py`. The score job (`evaluation/score_job.py`) keeps the loop: which
 explanations, resume by score key, dead features, the test records of the feature's shared split
-(`examples.testsets`), provenance and storing.
+(`examples.testsets`), provenance and storing. A scorer that needs more than the shared components (CoSy: the model
+and the SAE) loads it in `from_backends` from the run's `ScorerInputs`, so `workbench score` and the Ray backend
+never switch on a scorer's name.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Protocol, Self
 
 import numpy as np
 
+from sae_workbench import defaults
 from sae_workbench.errors import WorkbenchError
 from sae_workbench.examples.records import Record
 from sae_workbench.examples.sampling import NegativeSource
 from sae_workbench.examples.testsets import PER_SPLIT, SplitConfig
 from sae_workbench.status import Status
-from sae_workbench.store import ExplanationRecord
+from sae_workbench.store import ExplanationRecord, Store
 
 NEGATIVE_SOURCES = tuple(s.value for s in NegativeSource)
+SCORE_PRESETS = ("default", "paper")
+"""Names `workbench score --preset` takes (a scorer without presets of its own ignores the choice)."""
 
 
 class ScoreConfigError(WorkbenchError):
@@ -45,12 +54,12 @@ class ScoreConfig:
     scorer: str
     """A name in `evaluation.registry.SCORERS`: simulation, detection, fuzzing, embedding, cosy, polysemanticity
     (PRISM's, over stored descriptions) or complexity (an LLM rates each rule 0..5)."""
-    negatives: str = "SIMILAR_NEGATIVE"
+    negatives: str = defaults.NEGATIVES
     """RANDOM, RANDOM_NEGATIVE, SIMILAR or SIMILAR_NEGATIVE (tree paper default: SIMILAR_NEGATIVE). Unused by
     scorers without test records."""
     per_split: int = PER_SPLIT
     """Positives and negatives per third of the shared split; the test third is scored (tree paper: 10 + 10)."""
-    seed: int = 0
+    seed: int = defaults.DEFAULT_SEED
     """Seed of the split's draws (the explain run's seed, so both share the split) and of fuzzing's highlights."""
     threshold: float = 0.0
     """A window is non-activating when its max activation is ≤ this (tree paper: 0)."""
@@ -86,25 +95,56 @@ class TestRecords:
     """Source, ids and seed of what was drawn."""
 
 
+Detail = str | list[Any] | dict[str, Any] | None
+"""A non-numeric part of a score (JSON): a text, a list (rules, ratings, per-description rows), an object or null."""
+
+
 @dataclass(frozen=True)
 class ScoreOutcome:
-    """One explanation's score: its status, its metrics, and which metric is the headline."""
+    """One explanation's score: its status, its numeric metrics, which metric is the headline, and what else it
+    records that is not a number."""
 
     status: Status
     """OK, or the recorded reason it could not be scored."""
-    metrics: dict[str, Any]
-    """Metric values (JSON-able; NaN allowed, stored as null)."""
+    metrics: dict[str, float]
+    """Metric values (counts included; NaN allowed, stored as null)."""
     headline: str = ""
     """Key of the headline metric in `metrics` ('' when not OK)."""
+    details: dict[str, Detail] = field(default_factory=dict)
+    """Non-numeric results (the rated rules, per-description rows, an error message), stored beside the metrics."""
 
     @classmethod
-    def failed(cls, status: Status, **metrics: Any) -> ScoreOutcome:
-        """A recorded failure with what explains it."""
-        return cls(status, dict(metrics))
+    def failed(cls, status: Status, **values: float | str) -> ScoreOutcome:
+        """A recorded failure with what explains it (texts such as `error=` go to the details, numbers to the
+        metrics)."""
+        metrics = {k: v for k, v in values.items() if not isinstance(v, str)}
+        return cls(status, metrics, details={k: v for k, v in values.items() if isinstance(v, str)})
+
+    def stored(self) -> dict[str, Any]:
+        """The metrics and details as the store's one `metrics` JSON object (NaN becomes null)."""
+        merged: dict[str, Any] = {**self.metrics, **self.details}
+        return {k: None if isinstance(v, float) and math.isnan(v) else v for k, v in merged.items()}
 
 
 Embedder = Callable[[Sequence[str]], np.ndarray]
 """Maps texts to (N, D) embeddings (normalised or not: similarities are cosines either way)."""
+
+
+@dataclass(frozen=True)
+class ScorerInputs:
+    """What a scorer that loads its own components reads (`workbench score` passes its store, SAE and scorer
+    options through unchanged; each scorer uses the ones it needs and ignores the rest)."""
+
+    store: Store | None = None
+    """The run's store (None: nothing to load from; a scorer then needs its components in the backends)."""
+    sae_id: str = ""
+    """The SAE being scored."""
+    sae_path: Path | None = None
+    """The SAE's weights, for a scorer that runs the model and the SAE on new texts (cosy)."""
+    preset: str = defaults.PRESET
+    """Settings preset of the scorer's own config (cosy: 'default' or 'paper'); one of `SCORE_PRESETS`."""
+    control_size: int | None = None
+    """Control texts from the held-out corpus slice (cosy; None: the preset's)."""
 
 
 @dataclass
@@ -119,15 +159,17 @@ class ScoreBackends:
     embedder: Embedder | None = None
     """Text embedder for the embedding and polysemanticity scorers (None: all-MiniLM-L6-v2)."""
     generator: Any = None
-    """CoSy text generator (LLMGenerator, or offline CorpusRuleGenerator); required by cosy."""
+    """CoSy text generator (LLMGenerator, or offline CorpusRuleGenerator); cosy loads one when not given."""
     activation_fn_for: Callable[[int], Any] | None = None
-    """feature → mean-activation-per-text function (model + SAE forward); required by cosy."""
+    """feature → mean-activation-per-text function (model + SAE forward); cosy loads one when not given."""
     control_texts: Sequence[str] = ()
-    """CoSy control texts (a fixed held-out slice of the corpus); required by cosy."""
+    """CoSy control texts (a fixed held-out slice of the corpus); cosy loads them when not given."""
     llm_usage: Callable[[], dict[str, Any]] | None = None
     """Returns the LLM usage so far (tokens, seconds), recorded as a per-score delta."""
     llm_client: Any = None
-    """LLM that rates rule complexity; required by complexity (no offline rating)."""
+    """LLM that rates rule complexity; required by complexity (no offline rating); cosy's generator when set."""
+    inputs: ScorerInputs = field(default_factory=ScorerInputs)
+    """Where a scorer loads components it is not handed (cosy: model, SAE, control texts from the store)."""
     _memo: dict[str, np.ndarray] = field(default_factory=dict, repr=False)
     """Embeddings computed so far, per text (a batch's explanations share their features' test windows)."""
 
@@ -171,10 +213,17 @@ class Scorer(Protocol):
     """True when it scores the test records of the feature's split."""
     uses_negatives: ClassVar[bool]
     """True when its test records include negatives (the negative source is recorded and keyed)."""
+    local_only: ClassVar[str]
+    """Why it runs only in the driver's process, as a clause ('' when Ray workers can run it)."""
+
+    @classmethod
+    def check_inputs(cls, inputs: ScorerInputs) -> None:
+        """Reject inputs it cannot use (ScoreConfigError), before any store opens or model loads."""
+        ...
 
     @classmethod
     def from_backends(cls, config: ScoreConfig, backends: ScoreBackends) -> Self:
-        """Build from the run's config and components."""
+        """Build from the run's config and components (loading from `backends.inputs` what it is not handed)."""
         ...
 
     def backend(self) -> str:
@@ -199,9 +248,19 @@ class Scorer(Protocol):
 
 
 class ScorerDefaults:
-    """What most scorers share: no prompt, no parameters beyond the config, nothing to prepare, every explainer."""
+    """What most scorers share: no prompt, no parameters beyond the config, nothing to prepare, every explainer,
+    runs on Ray workers too, no inputs of its own."""
 
     default_explainers: ClassVar[tuple[str, ...]] = ()
+    local_only: ClassVar[str] = ""
+
+    @classmethod
+    def check_inputs(cls, inputs: ScorerInputs) -> None:
+        """Only a preset name (it has no presets of its own, so either name changes nothing)."""
+        if inputs.preset not in SCORE_PRESETS:
+            raise ScoreConfigError(
+                f"unknown preset {inputs.preset!r}; choose one of {', '.join(SCORE_PRESETS)}"
+            )
 
     def prompt_version(self) -> str:
         """No prompt."""

@@ -109,6 +109,5 @@ class ComplexityScorer(ScorerDefaults):
             ratings = await rate_complexity(self.client, texts)
         except LLMMalformedOutputError as err:
             return ScoreOutcome.failed(Status.LLM_MALFORMED_OUTPUT, error=str(err), n_rules=len(texts))
-        metrics = {"rules": texts, "ratings": ratings, "mean": float(np.mean(ratings)), "max": int(max(ratings)),
-                   "n_rules": len(texts)}  # fmt: skip
-        return ScoreOutcome(Status.OK, metrics, self.headline)
+        metrics = {"mean": float(np.mean(ratings)), "max": int(max(ratings)), "n_rules": len(texts)}
+        return ScoreOutcome(Status.OK, metrics, self.headline, {"rules": texts, "ratings": ratings})

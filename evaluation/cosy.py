@@ -14,12 +14,15 @@ tokens (quick on a laptop); `CosyConfig.paper()` follows the reference — 512-w
 cut at 512 tokens. The preset's name and settings are part of every score's key and provenance.
 The activation function is injected: `activation_fn(texts) -> (N,) mean activation per text`;
 `ModelFeatureMeans(...).for_feature(f)` builds one from a TransformerLens model, a hook and an SAE encoder.
+`CosyScorer.load` builds all of it for an indexed SAE (`workbench score --scorer cosy --sae-path`): the model and
+the SAE, the control texts and the offline generator's corpus windows.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -27,11 +30,13 @@ import torch
 
 from sae_workbench.errors import WorkbenchError
 from sae_workbench.evaluation.base import (
+    Detail,
     ScoreBackends,
     ScoreConfig,
     ScoreConfigError,
     ScoreOutcome,
     ScorerDefaults,
+    ScorerInputs,
     TestRecords,
 )
 from sae_workbench.evaluation.prompts.cosy import (
@@ -46,7 +51,7 @@ from sae_workbench.explainers.lexical import match_rule_text
 from sae_workbench.explainers.prism import cluster_descriptions
 from sae_workbench.llm.client import LLMClient, LLMRequest
 from sae_workbench.status import Status
-from sae_workbench.store import ExplanationRecord
+from sae_workbench.store import ExplanationRecord, Store
 
 COSY_SCORER_VERSION = "cosy-v1"
 
@@ -88,6 +93,16 @@ class CosyConfig:
         if preset == "paper":
             return cls.paper()
         raise ScoreConfigError(f"unknown CoSy preset {preset!r}; choose one of {', '.join(COSY_PRESETS)}")
+
+    @classmethod
+    def of_inputs(cls, inputs: ScorerInputs) -> CosyConfig:
+        """The settings a run's inputs ask for: the preset's, with `control_size` control texts when given."""
+        settings = cls.named(inputs.preset)
+        if inputs.control_size is None:
+            return settings
+        if inputs.control_size < 1:
+            raise ScoreConfigError(f"--control-size must be at least 1, not {inputs.control_size}")
+        return replace(settings, n_control=inputs.control_size)
 
 
 @dataclass(frozen=True)
@@ -305,6 +320,57 @@ class ModelFeatureMeans:
         return lambda texts: self(texts)[:, feature] if len(texts) else np.zeros(0)
 
 
+@dataclass(frozen=True)
+class CosyData:
+    """What CoSy measures with for one indexed SAE: the model + SAE per-text means, control texts and corpus windows."""
+
+    activation_fn_for: Callable[[int], ActivationFn]
+    """feature → (N,) mean activation per text (model + SAE forward)."""
+    control_texts: list[str]
+    """The held-out slice: the windows right after the indexed ones."""
+    snippets: list[CorpusSnippet]
+    """Indexed windows (at most 5,000) the offline generator composes texts from."""
+
+
+def load_cosy_data(store: Store, sae_id: str, sae_path: Path, settings: CosyConfig) -> CosyData:
+    """Load the model and the SAE at `sae_path` (which must be SAE `sae_id`), the control texts and the generator's
+    windows of an indexed SAE."""
+    from sae_workbench.corpus import default_bos_id, iter_windows, resolve_corpus
+    from sae_workbench.models import load_model
+    from sae_workbench.sae.io import compute_sae_id, load_sae
+    from sae_workbench.store import NotIndexedError
+
+    record = store.get_sae(sae_id)
+    progress = store.index_progress(sae_id)
+    if progress is None:
+        raise NotIndexedError(
+            f"SAE {sae_id} has no activations in {store.path}; run `workbench index` first."
+        )
+    model = load_model(record.model)
+    sae = load_sae(str(sae_path))
+    if compute_sae_id(sae, record.model, record.hook) != sae_id:
+        raise ScoreConfigError(
+            f"{sae_path} is not SAE {sae_id} (its weights hash differently); pass the SAE you indexed"
+        )
+    bos_id = default_bos_id(model.tokenizer)
+    means = ModelFeatureMeans(model, record.hook, sae.encode, bos_id, max_tokens=settings.max_tokens)
+    # Control = a fixed held-out slice: the windows right after the indexed ones (never explained or scored).
+    corpus = resolve_corpus(progress.corpus)
+    control: list[str] = []
+    for batch in iter_windows(
+        corpus, model.tokenizer, progress.context_size, start_window=progress.next_window, batch_size=256
+    ):
+        control.extend(batch.texts)
+        if len(control) >= settings.n_control:
+            break
+    ids = store.indexed_window_ids(sae_id)[:5000]
+    snippets = [
+        CorpusSnippet(w.window_id, tuple(w.token_strings[1:]))
+        for w in store.get_windows(progress.corpus, ids)
+    ]
+    return CosyData(means.for_feature, control[: settings.n_control], snippets)
+
+
 class CosyScorer(ScorerDefaults):
     """CoSy AUC/MAD of each description against control texts (PRISM explanations: one per cluster; the feature's
     score is the best description's, as PRISM's "max", with the mean over descriptions beside it)."""
@@ -314,6 +380,7 @@ class CosyScorer(ScorerDefaults):
     headline: ClassVar[str] = "auc"
     uses_test_set: ClassVar[bool] = False
     uses_negatives: ClassVar[bool] = False
+    local_only: ClassVar[str] = "runs the model and the SAE in this process"
 
     def __init__(
         self,
@@ -331,9 +398,44 @@ class CosyScorer(ScorerDefaults):
         self.settings = settings or getattr(generator, "settings", None) or CosyConfig()
 
     @classmethod
+    def check_inputs(cls, inputs: ScorerInputs) -> None:
+        """A known preset, a positive control size, and the SAE's weights to run."""
+        CosyConfig.of_inputs(inputs)
+        if inputs.sae_path is None:
+            raise ScoreConfigError(
+                "--scorer cosy runs the model and the SAE on generated texts: pass --sae-path"
+            )
+
+    @classmethod
     def from_backends(cls, config: ScoreConfig, backends: ScoreBackends) -> CosyScorer:
-        """The generator, activation function and control texts (`workbench score --scorer cosy` builds them)."""
+        """The backends' generator, activation function and control texts when handed (tests), else loaded from the
+        run's inputs when they name an SAE (`load`); without either, dead features are still recorded."""
+        inputs = backends.inputs
+        if backends.activation_fn_for is None and inputs.store is not None and inputs.sae_path is not None:
+            return cls.load(inputs.store, inputs.sae_id, inputs.sae_path, CosyConfig.of_inputs(inputs),
+                            client=backends.llm_client, seed=config.seed)  # fmt: skip
         return cls(backends.generator, backends.activation_fn_for, backends.control_texts)
+
+    @classmethod
+    def load(
+        cls,
+        store: Store,
+        sae_id: str,
+        sae_path: Path,
+        settings: CosyConfig,
+        *,
+        client: LLMClient | None = None,
+        seed: int = 0,
+    ) -> CosyScorer:
+        """CoSy for an indexed SAE: the model + SAE means, the held-out control texts, and an LLM generator on
+        `client` (offline: the corpus-rule composer over the indexed windows, drawn with `seed`)."""
+        data = load_cosy_data(store, sae_id, sae_path, settings)
+        generator = (
+            LLMGenerator(client, settings=settings)
+            if client is not None
+            else CorpusRuleGenerator(data.snippets, seed=seed, settings=settings)
+        )
+        return cls(generator, data.activation_fn_for, data.control_texts)
 
     def backend(self) -> str:
         """The generator's name (the offline corpus-rule composer when none is given)."""
@@ -375,6 +477,6 @@ class CosyScorer(ScorerDefaults):
             "mad_mean": float(np.nanmean(mads)),
             "mannwhitney_p": float(np.nanmin([p["mannwhitney_p"] for p in per])),
             "n_descriptions": len(per),
-            "descriptions": per,
         }
-        return ScoreOutcome(Status.OK, metrics, self.headline)
+        details: dict[str, Detail] = {"descriptions": per}
+        return ScoreOutcome(Status.OK, metrics, self.headline, details)

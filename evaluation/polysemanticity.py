@@ -27,6 +27,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from sae_workbench.evaluation.base import (
+    Detail,
     ScoreBackends,
     ScoreConfig,
     ScoreOutcome,
@@ -181,13 +182,15 @@ class PolysemanticityScorer(ScorerDefaults):
         result = prism_polysemanticity(own, self._vectors[pool], self.seed, self.n_draws)
         metrics = {
             "similarity": result.similarity,
-            "random_baseline": None if math.isnan(result.random_baseline) else result.random_baseline,
+            "random_baseline": result.random_baseline,  # NaN (stored as null) without other features' descriptions
             "n_descriptions": result.n_descriptions,
             "baseline_pool_descriptions": len(pool),
             "baseline_pool_features": len(np.unique(self._pool_feature[others])),
-            # The embedder of this score, and the one PRISM clustered the explanation's texts with (the reference
-            # uses gte-Qwen2-1.5B-instruct for both).
+        }
+        # The embedder of this score, and the one PRISM clustered the explanation's texts with (the reference uses
+        # gte-Qwen2-1.5B-instruct for both).
+        details: dict[str, Detail] = {
             "embedding_model": self.embedding_model,
             "explanation_embedding_model": explanation.extra.get("embedding_model"),
         }
-        return ScoreOutcome(Status.OK, metrics, self.headline)
+        return ScoreOutcome(Status.OK, metrics, self.headline, details)

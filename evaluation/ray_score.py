@@ -13,8 +13,8 @@ refuses a second copy). Workers never open the store (see `explainers.ray_worker
 LLM calls pass the one `RateLimiter` actor (global calls per second and calls in flight).
 
 A worker scores its batch one explanation at a time, as the local loop does, so each score's recorded LLM usage is
-exactly its own; the parallelism is across workers. CoSy runs the model and the SAE in the driver's process
-(`--sae-path`) and stays on the local backend.
+exactly its own; the parallelism is across workers. A scorer that says it is `local_only` (CoSy: it runs the model
+and the SAE in the driver's process) is refused before anything starts.
 """
 
 from __future__ import annotations
@@ -32,16 +32,14 @@ from tqdm.auto import tqdm
 
 from sae_workbench.errors import WorkbenchError
 from sae_workbench.evaluation.base import (
-    ScoreBackends,
     ScoreConfig,
     ScoreConfigError,
     ScoreOutcome,
     TestRecords,
 )
-from sae_workbench.evaluation.registry import make_scorer
+from sae_workbench.evaluation.registry import make_scorer, scorer_class
 from sae_workbench.evaluation.results import ScoreJobResult
-from sae_workbench.evaluation.score_job import base_provenance, judge, plan_scoring, tests_of
-from sae_workbench.evaluation.simulation import nan_to_none
+from sae_workbench.evaluation.score_job import base_provenance, judge, plan_scoring, score_backends, tests_of
 from sae_workbench.explainers.ray_workers import (
     BATCHES_PER_WORKER,
     DEFAULT_BATCH,
@@ -53,7 +51,7 @@ from sae_workbench.explainers.ray_workers import (
     worker_gate,
 )
 from sae_workbench.faults import fail_point, worker_options
-from sae_workbench.llm.cache import CachedResponse, ResponseCache
+from sae_workbench.llm.cache import CachedResponse
 from sae_workbench.llm.config import LLMConfig
 from sae_workbench.raycluster import RayConfig, import_ray, init_ray
 from sae_workbench.status import Status
@@ -65,34 +63,6 @@ R = TypeVar("R")
 
 class RemoteScoreError(WorkbenchError):
     """A worker's scorer failed; scores stored before the stop are kept and a rerun resumes."""
-
-
-def score_backends(
-    llm: LLMConfig | None,
-    *,
-    cache: ResponseCache | None = None,
-    embedding_model: str = "",
-    env: Mapping[str, str] | None = None,
-    gate: Any = None,
-) -> ScoreBackends:
-    """The components `workbench score` builds scorers from: offline (lexical) without `llm`, else an LLM simulator
-    and classifier on one client; a named sentence-transformers embedder when `embedding_model` is given."""
-    backends = ScoreBackends()
-    if embedding_model:
-        from sae_workbench.explainers.prism import SentenceEmbedder
-
-        backends.embedder = SentenceEmbedder(embedding_model)
-    if llm is not None:
-        from sae_workbench.evaluation.detection import LLMClassifier
-        from sae_workbench.explainers.simulate import LLMSimulator
-        from sae_workbench.llm.client import LLMClient
-
-        client = LLMClient(llm, cache=cache, env=env, gate=gate)
-        backends.simulator = LLMSimulator(client, tag="score")
-        backends.classifier = LLMClassifier(client)
-        backends.llm_usage = lambda: client.ledger.total.to_dict()
-        backends.llm_client = client
-    return backends
 
 
 @dataclass(frozen=True)
@@ -186,10 +156,9 @@ async def run_scoring_ray_async(
 ) -> ScoreJobResult:
     """Score like `score_job.run_scoring` with the same components (`score_backends`), on Ray workers (awaitable;
     `run_scoring_ray` runs it to completion)."""
-    if config.scorer == "cosy":
-        raise ScoreConfigError(
-            "--scorer cosy runs the model and the SAE in this process: use --backend local"
-        )
+    why = scorer_class(config.scorer).local_only
+    if why:
+        raise ScoreConfigError(f"--scorer {config.scorer} {why}: use --backend local")
     t0 = time.perf_counter()
     environ = os.environ if env is None else env
     key_env = {llm.api_key_env: environ[llm.api_key_env]} if llm and environ.get(llm.api_key_env) else {}
@@ -207,7 +176,7 @@ async def run_scoring_ray_async(
         key = provenance["score_key"]
         return ScoreRecord(
             explanation_id=int(expl.id or 0), scorer=scorer.name, scorer_version=scorer.version,
-            negative_source=source, metrics=nan_to_none(outcome.metrics), provenance=provenance,
+            negative_source=source, metrics=outcome.stored(), provenance=provenance,
             status=outcome.status, score_key=key,
         )  # fmt: skip
 

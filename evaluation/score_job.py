@@ -24,7 +24,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from typing import Any
 
@@ -37,13 +37,16 @@ from sae_workbench.evaluation.base import (
     ScoreConfigError,
     ScoreOutcome,
     Scorer,
+    ScorerInputs,
     TestRecords,
 )
 from sae_workbench.evaluation.registry import SCORERS, make_scorer
 from sae_workbench.evaluation.results import ScoreJobResult
-from sae_workbench.evaluation.simulation import UnscorableExplanationError, nan_to_none
+from sae_workbench.evaluation.simulation import UnscorableExplanationError
 from sae_workbench.examples.loading import load_records
 from sae_workbench.examples.testsets import FeatureSplit, draw_split, prepare_split, scored_windows
+from sae_workbench.llm.cache import ResponseCache
+from sae_workbench.llm.config import LLMConfig
 from sae_workbench.status import Status
 from sae_workbench.store import ExplanationRecord, NotIndexedError, ScoreRecord, Store
 
@@ -62,9 +65,40 @@ __all__ = [
     "plan_scoring",
     "run_scoring",
     "run_scoring_async",
+    "score_backends",
     "score_key",
     "tests_of",
 ]  # fmt: skip
+
+
+def score_backends(
+    llm: LLMConfig | None,
+    *,
+    cache: ResponseCache | None = None,
+    embedding_model: str = "",
+    inputs: ScorerInputs | None = None,
+    env: Mapping[str, str] | None = None,
+    gate: Any = None,
+) -> ScoreBackends:
+    """The components `workbench score` builds scorers from, locally and on Ray workers: offline (lexical) without
+    `llm`, else an LLM simulator and classifier on one client; a named sentence-transformers embedder when
+    `embedding_model` is given; `inputs` for a scorer that loads more itself (cosy)."""
+    backends = ScoreBackends(inputs=inputs or ScorerInputs())
+    if embedding_model:
+        from sae_workbench.explainers.prism import SentenceEmbedder
+
+        backends.embedder = SentenceEmbedder(embedding_model)
+    if llm is not None:
+        from sae_workbench.evaluation.detection import LLMClassifier
+        from sae_workbench.explainers.simulate import LLMSimulator
+        from sae_workbench.llm.client import LLMClient
+
+        client = LLMClient(llm, cache=cache, env=env, gate=gate)
+        backends.simulator = LLMSimulator(client, tag="score")
+        backends.classifier = LLMClassifier(client)
+        backends.llm_usage = lambda: client.ledger.total.to_dict()
+        backends.llm_client = client
+    return backends
 
 
 def score_key(explanation_id: int, config: ScoreConfig, scorer: Scorer) -> str:
@@ -181,7 +215,7 @@ async def run_scoring_async(
         store.add_score(
             ScoreRecord(
                 explanation_id=int(expl.id or 0), scorer=scorer.name, scorer_version=scorer.version,
-                negative_source=source, metrics=nan_to_none(outcome.metrics), provenance=provenance,
+                negative_source=source, metrics=outcome.stored(), provenance=provenance,
                 status=outcome.status, score_key=keys[int(expl.id or 0)],
             )
         )  # fmt: skip

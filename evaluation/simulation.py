@@ -13,7 +13,6 @@ parsed JSON array, re-exported here) or the offline lexical simulator of `explai
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
@@ -151,11 +150,6 @@ async def score_simulation(
     """Simulate the explanation on positives + negatives and score it."""
     preds = await simulate_explanation(simulator, explanation, [*positives, *negatives])
     return simulation_score(preds[: len(positives)], positives, preds[len(positives) :], negatives)
-
-
-def nan_to_none(metrics: dict[str, Any]) -> dict[str, Any]:
-    """Replace NaN floats by None so metrics are valid JSON."""
-    return {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in metrics.items()}
 
 
 class SimulationScorer(ScorerDefaults):

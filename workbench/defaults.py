@@ -61,6 +61,24 @@ CE_WINDOWS = 16
 INDEX_TOKENS = 1_000_000
 """Tokens `workbench index` indexes."""
 
+# Explain and score. The tree paper: Ma, Pfrommer & Sojoudi, "Revising and Falsifying Sparse Autoencoder Feature
+# Explanations", NeurIPS 2025 (shared/specs/tree-explainer.md).
+NEGATIVES = "SIMILAR_NEGATIVE"
+"""Negative source of a feature's split (explain draws it, score scores its test third): close negatives, the tree
+paper's default. `--negatives` takes the `NegativeSource` names in any case."""
+PER_SPLIT = 10
+"""Positives and negatives per third of a feature's split (tree paper: 30 + 30 dealt 10/10/10 into train/valid/test)."""
+RULE_CAP = 5
+"""Most rules per structured explanation (tree paper: rule_cap 5)."""
+RECORD_LEN = 32
+"""Tokens per record shown or simulated, around each peak (tree paper: windows of 32 tokens)."""
+PRESET = "default"
+"""Method settings of explain and score: 'default', or 'paper' (the reference code's values, cited in each method's
+config: `TreeConfig.paper`, `PrismConfig.paper`, `CosyConfig.paper`)."""
+EMBEDDING_MODEL = ""
+"""sentence-transformers model of the methods that embed texts; '' = the method's own (PRISM: its preset's;
+the embedding and polysemanticity scorers: all-MiniLM-L6-v2, offline)."""
+
 LLM_API_KEY_ENV = "OPENAI_API_KEY"
 """Environment variable holding the LLM endpoint's key (its name is stored, never the key)."""
 LLM_CONCURRENCY = 8

@@ -19,34 +19,20 @@ from sae_workbench.cli import options
 def explain(
     store: options.Store,
     sae: options.SaeId,
-    explainer: str = typer.Option(
-        "", help="lexical, oneshot, tree or prism (default: oneshot with an LLM endpoint, else lexical)."
-    ),
+    explainer: options.Explainer = None,
     features: options.Features = "all",
     llm_model: options.LlmModel = None,
     llm_base_url: options.LlmBaseUrl = None,
     api_key_env: options.ApiKeyEnv = defaults.LLM_API_KEY_ENV,
     concurrency: options.Concurrency = defaults.LLM_CONCURRENCY,
-    negatives: str = typer.Option(
-        "SIMILAR_NEGATIVE", help="Tree negatives: RANDOM[_NEGATIVE] or SIMILAR[_NEGATIVE]."
-    ),
+    negatives: options.Negatives = defaults.NEGATIVES,
     seed: options.Seed = defaults.DEFAULT_SEED,
-    rule_cap: int = typer.Option(5, help="Most rules per structured explanation (tree paper: 5)."),
-    record_len: int = typer.Option(
-        32, help="Tokens per record shown or simulated, around each peak (tree paper: 32)."
+    rule_cap: int = typer.Option(
+        defaults.RULE_CAP, help="Most rules per structured explanation (tree paper: 5)."
     ),
-    preset: str = typer.Option(
-        "default",
-        help="Tree search settings: 'default' (spec: depth 3, width 3) or 'paper' (the reference's paper runs: depth "
-        "2, width 2, roots at temperature 1.0 with 5 few-shot examples, train positives only, train/valid scored on "
-        "0..5 values, stop rule after pruning). PRISM: 'paper' = the reference's settings (p99, 1000 texts, k 5, "
-        "gte-Qwen2-1.5B-instruct embeddings, seed 42). Recorded in each explanation's sampling.",
-    ),
-    embedding_model: str = typer.Option(
-        "",
-        help="PRISM: sentence-transformers model embedding the texts (default: the preset's; 'default' uses "
-        "all-MiniLM-L6-v2 offline in place of the paper's Alibaba-NLP/gte-Qwen2-1.5B-instruct).",
-    ),
+    record_len: options.RecordLen = defaults.RECORD_LEN,
+    preset: options.Preset = defaults.PRESET,
+    embedding_model: options.EmbeddingModel = defaults.EMBEDDING_MODEL,
     backend: options.Backend = defaults.DEFAULT_BACKEND,
     ray_address: options.RayAddress = None,
     ray_workers: options.RayWorkers = None,

@@ -16,6 +16,7 @@ defaulted without declaring it again:
         context_size: options.ContextSize = defaults.CONTEXT_SIZE,
         device: options.Device = defaults.DEFAULT_DEVICE,
         features: options.Features = "all",
+        negatives: options.Negatives = defaults.NEGATIVES,     # normalised to the NegativeSource spelling
         llm_model: options.LlmModel = None,
         api_key_env: options.ApiKeyEnv = defaults.LLM_API_KEY_ENV,
         concurrency: options.Concurrency = defaults.LLM_CONCURRENCY,
@@ -168,6 +169,62 @@ ApiKeyEnv = Annotated[
 ]
 Concurrency = Annotated[
     int, typer.Option("--concurrency", min=1, help="Features (and LLM calls) in flight at once.")
+]
+
+
+def negative_source_name(value: str) -> str:
+    """`--negatives` in the `NegativeSource` spelling: `similar_negative` and `SIMILAR_NEGATIVE` name the same
+    source (the configs reject an unknown one with the valid choices)."""
+    return value.strip().upper()
+
+
+Negatives = Annotated[
+    str,
+    typer.Option(
+        "--negatives",
+        callback=negative_source_name,
+        help="Negative source of each feature's split, in any case: random, random_negative, similar or "
+        "similar_negative (tree paper default). explain shows the train (and valid) third; score scores the test "
+        "third (unused by cosy, polysemanticity and complexity).",
+    ),
+]
+Preset = Annotated[
+    str,
+    typer.Option(
+        "--preset",
+        help="Method settings: 'default', or 'paper' (the reference code's values). explain: tree = depth 2, width "
+        "2, roots at temperature 1.0 with 5 few-shot examples, train positives only, train/valid scored on 0..5 "
+        "values, stop rule after pruning (default: depth 3, width 3); prism = p99, 1000 texts, k 5, "
+        "gte-Qwen2-1.5B-instruct embeddings, seed 42. score: cosy = 512-word texts, 1000 control texts, cut at 512 "
+        "tokens (default: short texts, 200 control texts, cut at 128). Recorded with each explanation and score.",
+    ),
+]
+EmbeddingModel = Annotated[
+    str,
+    typer.Option(
+        "--embedding-model",
+        help="sentence-transformers model of the methods that embed texts: explain's prism (default: the preset's; "
+        "'default' = all-MiniLM-L6-v2 offline in place of the paper's Alibaba-NLP/gte-Qwen2-1.5B-instruct) and "
+        "score's polysemanticity and embedding scorers (default: all-MiniLM-L6-v2 offline). Recorded with each "
+        "result.",
+    ),
+]
+Explainer = Annotated[
+    str | None,
+    typer.Option(
+        "--explainer",
+        help="lexical, oneshot, tree or prism (default: oneshot with an LLM endpoint, else lexical).",
+    ),
+]
+ExplainerFilter = Annotated[
+    str | None,
+    typer.Option("--explainer", help="Only this explainer's explanations (default: all)."),
+]
+RecordLen = Annotated[
+    int,
+    typer.Option(
+        "--record-len", help="Tokens per record shown or simulated, around each peak (tree paper: 32)."
+    ),
 ]
 
 

@@ -35,49 +35,6 @@ def feature_list(spec: str, st: Any, sae: str) -> list[int] | None:
     return options.parse_features(spec, st.get_sae(sae).d_sae)
 
 
-def _cosy_backends(
-    store: Any, sae_id: str, sae_path: Path | None, control_size: int, max_tokens: int
-) -> dict[str, Any]:
-    """Activation function, control texts and offline generator snippets for CoSy (loads model + SAE)."""
-    from sae_workbench.corpus import default_bos_id, iter_windows, resolve_corpus
-    from sae_workbench.evaluation.cosy import CorpusSnippet, ModelFeatureMeans
-    from sae_workbench.evaluation.score_job import ScoreConfigError
-    from sae_workbench.models import load_model
-    from sae_workbench.sae.io import compute_sae_id, load_sae
-
-    if sae_path is None:
-        raise ScoreConfigError("--scorer cosy runs the model and the SAE on generated texts: pass --sae-path")
-    record = store.get_sae(sae_id)
-    progress = store.index_progress(sae_id)
-    model = load_model(record.model)
-    sae = load_sae(str(sae_path))
-    if compute_sae_id(sae, record.model, record.hook) != sae_id:
-        raise ScoreConfigError(
-            f"{sae_path} is not SAE {sae_id} (its weights hash differently); pass the SAE you indexed"
-        )
-    bos_id = default_bos_id(model.tokenizer)
-    means = ModelFeatureMeans(model, record.hook, sae.encode, bos_id, max_tokens=max_tokens)
-    # Control = a fixed held-out slice: the windows right after the indexed ones (never explained or scored).
-    corpus = resolve_corpus(progress.corpus)
-    control: list[str] = []
-    for batch in iter_windows(
-        corpus, model.tokenizer, progress.context_size, start_window=progress.next_window, batch_size=256
-    ):
-        control.extend(batch.texts)
-        if len(control) >= control_size:
-            break
-    ids = store.indexed_window_ids(sae_id)[:5000]
-    snippets = [
-        CorpusSnippet(w.window_id, tuple(w.token_strings[1:]))
-        for w in store.get_windows(progress.corpus, ids)
-    ]
-    return {
-        "activation_fn_for": means.for_feature,
-        "control_texts": control[:control_size],
-        "snippets": snippets,
-    }
-
-
 def score(
     store: options.Store,
     sae: options.SaeId,
@@ -86,14 +43,11 @@ def score(
         help="simulation, detection, fuzzing, embedding, cosy, polysemanticity (PRISM explanations) or complexity "
         "(an LLM rates each rule 0..5; needs --llm-model).",
     ),
-    negatives: str = typer.Option(
-        "similar_negative",
-        help="random, random_negative, similar or similar_negative (unused by cosy, polysemanticity, complexity).",
-    ),
-    explainer: str | None = typer.Option(None, help="Only this explainer's explanations (default: all)."),
+    negatives: options.Negatives = defaults.NEGATIVES,
+    explainer: options.ExplainerFilter = None,
     features: options.Features = "all",
     per_split: int = typer.Option(
-        10,
+        defaults.PER_SPLIT,
         help="Positives and negatives per third of the feature's split; the test third is scored (tree paper: 10).",
     ),
     seed: options.Seed = defaults.DEFAULT_SEED,
@@ -107,16 +61,8 @@ def score(
         None,
         help="CoSy control texts from the held-out corpus slice (default: the preset's, 200; paper: 1000).",
     ),
-    preset: str = typer.Option(
-        "default",
-        help="Settings of the cosy scorer: default (short texts, 200 control texts, texts cut at 128 tokens) or paper "
-        "(PRISM's reference: 512-word texts, 1000 control texts, cut at 512 tokens). Recorded with each score.",
-    ),
-    embedding_model: str = typer.Option(
-        "",
-        help="sentence-transformers model of the polysemanticity and embedding scorers (default all-MiniLM-L6-v2 "
-        "offline; PRISM's paper: Alibaba-NLP/gte-Qwen2-1.5B-instruct). Recorded as the score's backend.",
-    ),
+    preset: options.Preset = defaults.PRESET,
+    embedding_model: options.EmbeddingModel = defaults.EMBEDDING_MODEL,
     progress: options.Progress = True,
     backend: options.Backend = defaults.DEFAULT_BACKEND,
     ray_address: options.RayAddress = None,
@@ -124,11 +70,10 @@ def score(
     llm_qps: options.LlmQps = None,
 ) -> None:
     """Score stored explanations with one scorer and one negative source; results go into the store."""
-    from sae_workbench.evaluation.cosy import CorpusRuleGenerator, CosyConfig, LLMGenerator
-    from sae_workbench.evaluation.detection import LLMClassifier
+    from sae_workbench.evaluation.base import ScorerInputs
     from sae_workbench.evaluation.registry import scorer_class
-    from sae_workbench.evaluation.score_job import ScoreBackends, ScoreConfig, run_scoring
-    from sae_workbench.explainers.simulate import LLMSimulator
+    from sae_workbench.evaluation.score_job import ScoreConfig, run_scoring, score_backends
+    from sae_workbench.llm.config import LLMConfig
     from sae_workbench.raycluster import RayConfig, check_backend
     from sae_workbench.store import Store
 
@@ -136,53 +81,28 @@ def score(
     if llm_qps is not None and backend != "ray":
         raise typer.BadParameter("--llm-qps is the Ray workers' shared limit: pass it with --backend ray")
     config = ScoreConfig(
-        scorer=scorer,
-        negatives=negatives.upper(),
-        per_split=per_split,
-        seed=seed,
-        record_length=record_length,
+        scorer=scorer, negatives=negatives, per_split=per_split, seed=seed, record_length=record_length
     )
     method = scorer_class(scorer)  # an unknown name fails here, before the store opens
-    cosy = CosyConfig.named(preset)  # so does an unknown preset
+    inputs = ScorerInputs(sae_id=sae, sae_path=sae_path, preset=preset, control_size=control_size)
+    method.check_inputs(inputs)  # so do the scorer's own options (cosy: --preset, --control-size, --sae-path)
+    llm = LLMConfig(model=llm_model, base_url=llm_base_url) if llm_model else None
     st = Store.open(store)
     if backend == "ray":
         from sae_workbench.evaluation.ray_score import run_scoring_ray
-        from sae_workbench.llm.config import LLMConfig
 
         result = run_scoring_ray(
-            st, sae, config, llm=LLMConfig(model=llm_model, base_url=llm_base_url) if llm_model else None,
-            embedding_model=embedding_model, explainer=explainer, features=feature_list(features, st, sae),
-            progress=progress, workers=ray_workers, qps=llm_qps, ray_config=RayConfig(address=ray_address),
+            st, sae, config, llm=llm, embedding_model=embedding_model, explainer=explainer,
+            features=feature_list(features, st, sae), progress=progress, workers=ray_workers, qps=llm_qps,
+            ray_config=RayConfig(address=ray_address),
         )  # fmt: skip
         _echo_result(scorer, config, method.uses_negatives, result)
         return
-    backends = ScoreBackends()
-    if embedding_model:
-        from sae_workbench.explainers.prism import SentenceEmbedder
+    from sae_workbench.llm.cache import StoreCache
 
-        backends.embedder = SentenceEmbedder(embedding_model)
-    client = None
-    if llm_model:
-        from sae_workbench.llm.cache import StoreCache
-        from sae_workbench.llm.client import LLMClient
-        from sae_workbench.llm.config import LLMConfig
-
-        client = LLMClient(LLMConfig(model=llm_model, base_url=llm_base_url), cache=StoreCache(st))
-        backends.simulator = LLMSimulator(client, tag="score")
-        backends.classifier = LLMClassifier(client)
-        backends.llm_usage = lambda: client.ledger.total.to_dict() if client else {}
-        backends.llm_client = client
-    if scorer == "cosy":
-        if control_size is not None:
-            cosy = replace(cosy, n_control=control_size)
-        parts = _cosy_backends(st, sae, sae_path, cosy.n_control, cosy.max_tokens)
-        backends.activation_fn_for = parts["activation_fn_for"]
-        backends.control_texts = parts["control_texts"]
-        backends.generator = (
-            LLMGenerator(client, settings=cosy)
-            if client
-            else CorpusRuleGenerator(parts["snippets"], seed=seed, settings=cosy)
-        )
+    backends = score_backends(
+        llm, cache=StoreCache(st), embedding_model=embedding_model, inputs=replace(inputs, store=st)
+    )
     result = run_scoring(
         st,
         sae,
