@@ -225,8 +225,10 @@ def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="seconds")
 
 
-def model_fingerprint(model: HookedTransformer) -> str:
-    """Hash of the model's shape config plus the first values of every parameter (cheap; tells seeds apart)."""
+def cache_model_fingerprint(model: HookedTransformer) -> str:
+    """The activation cache's key for a model (its manifest's `model_fingerprint`): a hash of the shape config and
+    dtype plus the first values of every parameter (cheap; tells seeds and dtypes apart). Not the SAE-facing
+    `sae_workbench.model_identity.model_fingerprint`, which hashes embedding rows only and ignores the dtype."""
     h = hashlib.sha256()
     cfg = model.cfg
     h.update(
@@ -483,7 +485,7 @@ def cache_activations(
     probe = _forward(model, torch.tensor([[bos, bos]], device=device), hooks, store_dtype)
     wanted = CacheManifest(
         model=model.cfg.model_name,
-        model_fingerprint=model_fingerprint(model),
+        model_fingerprint=cache_model_fingerprint(model),
         hooks=tuple(hooks),
         hook_dims={h: int(probe[h].shape[-1]) for h in hooks},
         d_model=model.cfg.d_model,

@@ -1,8 +1,10 @@
-"""Is the model an SAE was trained on the model a command loaded? Names are compared through known aliases, then
+"""Is the model an SAE was trained on the model a command loaded? Names are compared through known aliases (the
+workbench's own for its embedded SmolLM2, TransformerLens's alias table for every model TransformerLens loads), then
 what matters is checked: the architecture's shape (d_model, layers, vocabulary), the hook's width, and — where
 one is known or recorded — a fingerprint of the weights.
 
     canonical_model_name("HuggingFaceTB/SmolLM2-135M-Instruct")   # 'smollm2-135m'
+    canonical_model_name("openai-community/gpt2")                 # 'gpt2' (as 'gpt2-small' and 'GPT2')
     check_model_identity(recorded_model(sae), model, sae_d_in=sae.cfg.d_in, hook=hook, force=force_model)
     name = resolve_model(recorded_model(sae), None)   # no --model given: the SAE's model, in a loadable spelling
 
@@ -13,6 +15,7 @@ SAE cannot read it.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import logging
 import re
@@ -63,38 +66,91 @@ KNOWN_MODELS: dict[str, KnownModel] = {
 }
 """Canonical name → what is known about it."""
 
+HUB_MOVED: dict[str, str] = {
+    "openai-community/gpt2": "gpt2",
+    "openai-community/gpt2-medium": "gpt2-medium",
+    "openai-community/gpt2-large": "gpt2-large",
+    "openai-community/gpt2-xl": "gpt2-xl",
+    "distilbert/distilgpt2": "distilgpt2",
+}
+"""Hub ids of the models TransformerLens (3.9) lists by their old root-level name: Hugging Face moved its
+root-level models into organisations in 2024 (the old ids redirect), and SAELens/Neuronpedia cfgs use the new ids."""
+
 
 def _normalize(name: str) -> str:
     """Case, spaces, underscores and a trailing slash do not make another model."""
     return re.sub(r"[\s_]+", "-", name.strip().lower()).rstrip("/")
 
 
+@functools.cache
+def _transformer_lens_names() -> dict[str, str]:
+    """Every spelling TransformerLens resolves (official names and MODEL_ALIASES, normalized) → its official name,
+    plus HUB_MOVED. Read from TransformerLens's code: nothing is downloaded."""
+    from transformer_lens.supported_models import MODEL_ALIASES, OFFICIAL_MODEL_NAMES
+
+    names: dict[str, str] = {}
+    for official in OFFICIAL_MODEL_NAMES:
+        for spelling in (official, *MODEL_ALIASES.get(official, ())):
+            names[_normalize(spelling)] = official
+    for hub_id, old in HUB_MOVED.items():
+        if _normalize(old) in names:
+            names[_normalize(hub_id)] = names[_normalize(old)]
+    return names
+
+
+def transformer_lens_official_name(name: str) -> str | None:
+    """TransformerLens's official name for a model spelled any way TransformerLens resolves (any case, its aliases,
+    or a HUB_MOVED hub id): `openai-community/gpt2`, `gpt2-small`, `GPT2` → `gpt2`; None for names it does not know."""
+    return _transformer_lens_names().get(_normalize(name))
+
+
 def canonical_model_name(name: str) -> str:
-    """The canonical name of a model spelled any known way (`tiny` → `tiny:0`); other names only normalized."""
+    """The canonical name of a model spelled any known way: a KNOWN_MODELS key, `tiny:<seed>` (`tiny` → `tiny:0`),
+    or TransformerLens's official name (normalized); other names only normalized."""
     norm = _normalize(name)
     for canonical, known in KNOWN_MODELS.items():
         if norm in known.aliases:
             return canonical
     if norm == "tiny":
         return "tiny:0"
-    return norm
+    if norm.startswith("tiny:"):
+        return norm
+    official = transformer_lens_official_name(norm)
+    return _normalize(official) if official is not None else norm
 
 
 def resolve_model(recorded: str | None, model: str | None) -> str:
     """The model a command loads: `model` when given (--model), else the model the SAE records — spelled as the
-    workbench loads it offline for a known model (HuggingFaceTB/SmolLM2-135M-Instruct → smollm2-135m), as recorded
-    otherwise (SAE ids hash the name) — else the default model."""
+    workbench loads it offline for a known model (HuggingFaceTB/SmolLM2-135M-Instruct → smollm2-135m), as
+    TransformerLens spells it when it does not load the recorded spelling (openai-community/gpt2 → gpt2), as
+    recorded otherwise (SAE ids hash the name) — else the default model."""
     if model:
         return model
     if recorded is None or not recorded.strip():
         return DEFAULT_MODEL
     canonical = canonical_model_name(recorded)
-    return canonical if canonical in KNOWN_MODELS else recorded.strip()
+    if canonical in KNOWN_MODELS:
+        return canonical
+    spelled = recorded.strip()
+    official = transformer_lens_official_name(spelled)
+    if official is not None and not _loads_as_spelled(spelled):
+        return official
+    return spelled
+
+
+def _loads_as_spelled(name: str) -> bool:
+    """Whether `load_model` takes this exact spelling as a TransformerLens name (the check is case-sensitive, as in
+    `sae_workbench.models`)."""
+    from transformer_lens.supported_models import MODEL_ALIASES, OFFICIAL_MODEL_NAMES
+
+    return name in OFFICIAL_MODEL_NAMES or any(name in aliases for aliases in MODEL_ALIASES.values())
 
 
 def model_fingerprint(model: Any) -> str:
-    """16 hex chars of SHA-256 over the first FINGERPRINT_ROWS embedding rows at bfloat16 precision (so float32
-    and bfloat16 loads of the same weights agree; float16 loads do not)."""
+    """The weights fingerprint an SAE's cfg records (`metadata.model_fingerprint`): 16 hex chars of SHA-256 over
+    the first FINGERPRINT_ROWS embedding rows at bfloat16 precision (so float32 and bfloat16 loads of the same
+    weights agree; float16 loads do not). The activation cache keys models by `activations.cache_model_fingerprint`,
+    which also tells dtypes apart."""
     import torch
 
     rows = model.W_E[:FINGERPRINT_ROWS].detach().to("cpu").to(torch.bfloat16).view(torch.int16).contiguous()

@@ -13,6 +13,8 @@ from sae_workbench.model_identity import (
     canonical_model_name,
     check_model_identity,
     model_fingerprint,
+    resolve_model,
+    transformer_lens_official_name,
 )
 from sae_workbench.models import tiny_model
 
@@ -101,3 +103,71 @@ def test_hook_width_mismatch_is_refused_even_when_forced(tiny_model) -> None:
 
 def test_no_recorded_model_checks_only_the_width(tiny_model) -> None:
     check_model_identity(None, tiny_model, sae_d_in=64, hook="blocks.0.hook_resid_post")
+
+
+# Spellings of GPT-2 small that SAELens/Neuronpedia cfgs and users write (issue 19, item 2).
+GPT2_SPELLINGS = ["gpt2", "GPT2", "gpt2-small", "GPT2-Small", "openai-community/gpt2"]
+
+
+def gpt2_shaped_model(name: str = "gpt2"):
+    """A HookedTransformer with GPT-2 small's shape (TransformerLens's gpt2 config) on the meta device: the
+    identity check sees its name, config and hook widths; no weights exist, none are downloaded."""
+    import torch
+    from transformer_lens import HookedTransformer, HookedTransformerConfig
+
+    cfg = HookedTransformerConfig(
+        n_layers=12, d_model=768, n_heads=12, d_head=64, d_mlp=3072, d_vocab=50257, n_ctx=1024,
+        act_fn="gelu_new", normalization_type="LN", model_name=name, device="meta",
+    )  # fmt: skip
+    with torch.device("meta"):
+        return HookedTransformer(cfg, move_to_device=False)
+
+
+@pytest.mark.parametrize("name", GPT2_SPELLINGS)
+def test_spellings_transformer_lens_resolves_to_gpt2_are_one_model(name: str) -> None:
+    from transformer_lens.loading_from_pretrained import get_official_model_name
+
+    assert canonical_model_name(name) == canonical_model_name("gpt2") == "gpt2"
+    if not name.startswith("openai-community/"):  # TransformerLens 3.9 itself lists the pre-2024 root id only
+        assert get_official_model_name(name) == "gpt2"
+
+
+def test_every_transformer_lens_alias_is_its_official_model() -> None:
+    """Against TransformerLens's own table: each alias names its official model, and no two official models merge."""
+    from transformer_lens.supported_models import MODEL_ALIASES, OFFICIAL_MODEL_NAMES
+
+    assert len({canonical_model_name(o) for o in OFFICIAL_MODEL_NAMES}) == len(OFFICIAL_MODEL_NAMES)
+    for official, aliases in MODEL_ALIASES.items():
+        if official not in OFFICIAL_MODEL_NAMES:
+            continue
+        for alias in aliases:
+            assert transformer_lens_official_name(alias) == official, alias
+            assert canonical_model_name(alias) == canonical_model_name(official), alias
+
+
+@pytest.mark.parametrize("name", GPT2_SPELLINGS)
+def test_an_sae_recorded_under_any_gpt2_spelling_fits_a_loaded_gpt2(name: str) -> None:
+    check_model_identity(name, gpt2_shaped_model("gpt2"), sae_d_in=768, hook="blocks.8.hook_resid_pre")
+
+
+def test_a_gpt2_sae_on_a_model_loaded_by_its_alias_fits() -> None:
+    check_model_identity("openai-community/gpt2", gpt2_shaped_model("gpt2-small"), sae_d_in=768,
+                         hook="blocks.8.hook_resid_pre")  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "name", ["EleutherAI/pythia-70m-deduped", "gpt2-medium", "distilgpt2", "someorg/gpt2", "smollm2-135m"]
+)
+def test_an_unrelated_model_is_still_refused_against_gpt2(name: str) -> None:
+    # Same width at the hook (or no width given), yet another model: a fine-tune under another org is not gpt2.
+    with pytest.raises(ModelMismatchError, match="--force-model"):
+        check_model_identity(name, gpt2_shaped_model("gpt2"))
+
+
+def test_resolve_model_spells_a_hub_id_the_way_transformer_lens_loads_it() -> None:
+    assert resolve_model("openai-community/gpt2", None) == "gpt2"  # TransformerLens 3.9 cannot load this id
+    assert resolve_model("GPT2", None) == "gpt2"  # its loader is case-sensitive
+    assert (
+        resolve_model("gpt2-small", None) == "gpt2-small"
+    )  # loadable as recorded: kept (the SAE id hashes it)
+    assert resolve_model("someorg/gpt2", None) == "someorg/gpt2"
