@@ -22,6 +22,8 @@ import torch
 from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
+from sae_workbench.corpus import default_bos_id
+from sae_workbench.errors import CorpusError
 from sae_workbench.evaluation.attribution.errors import PositionOutOfRangeError, UnsupportedHookError
 from sae_workbench.evaluation.attribution.propagate import (
     MLP_RULES,
@@ -217,11 +219,25 @@ def _prepare(
     return _Setup(t, target, readout, tokens_N, trace_model(model, tokens_N, target.block))
 
 
-def _bos_position(model: HookedTransformer, tokens_N: torch.Tensor) -> int | None:
-    """0 when the text starts with the tokenizer's BOS token, else None."""
-    tok = model.tokenizer
-    bos_id = getattr(tok, "bos_token_id", None) if tok is not None else None
-    return 0 if bos_id is not None and int(tokens_N[0]) == int(bos_id) else None
+def bos_ids(tokenizer: Any) -> frozenset[int]:
+    """Token ids that make position 0 a BOS: the index's window separator (`default_bos_id`) and the tokenizer's BOS.
+
+    SmolLM2 declares `<|im_start|>` (1) as BOS, but every indexed window starts with `<|endoftext|>` (0), the
+    separator the corpus puts between documents; both are the attention sink when they come first.
+    """
+    if tokenizer is None:
+        return frozenset()
+    ids = {getattr(tokenizer, "bos_token_id", None)}
+    try:
+        ids.add(default_bos_id(tokenizer))
+    except (AttributeError, CorpusError):  # a tokenizer without the separator lookups or any BOS-like token
+        pass
+    return frozenset(int(i) for i in ids if isinstance(i, int))
+
+
+def bos_position(model: HookedTransformer, tokens_N: torch.Tensor) -> int | None:
+    """0 when the text starts with a BOS (`bos_ids`: the index's window separator or the tokenizer's BOS), else None."""
+    return 0 if tokens_N.numel() and int(tokens_N[0]) in bos_ids(model.tokenizer) else None
 
 
 def depass_tokens(
@@ -238,7 +254,7 @@ def depass_tokens(
     """Token-level DePass: C[m, n] = δ(m, n)·embedding[n], propagated to the hook and read by the feature."""
     t, target, readout, tokens_N, trace = _prepare(model, sae, hook, tokens_N, feature, position, rule)
     N = t + 1
-    bos = _bos_position(model, tokens_N)
+    bos = bos_position(model, tokens_N)
     roles = Roles(rest=N, bias=N + 1, bos=bos if ignore_bos else None)
     embed_ND = trace.state(0)
     C_MND = torch.zeros(N + 2, N, embed_ND.shape[-1])
@@ -452,7 +468,7 @@ def depass_upstream(
     trace = trace_model(model, tokens_N, target.block)
     x_ND = trace.state(up.state)
     N = t + 1
-    first = 1 if _bos_position(model, tokens_N) == 0 else 0
+    first = 1 if bos_position(model, tokens_N) == 0 else 0
     with torch.no_grad():
         acts_NF = upstream_sae.encode(x_ND.to(upstream_sae.dtype)).float()
     acts_NF[:first] = 0.0

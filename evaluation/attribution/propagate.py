@@ -325,6 +325,8 @@ def mlp_step(
             g_MNJ = _mm_nonzero(flat, W_first, live_R).reshape(M, N, J)
         if not gated:
             g_MNJ[roles.bias] += b_in
+            if rule == "softmax":  # a zero share takes no part (paper rule), b_in = 0 included
+                g_MNJ[roles.bias].masked_fill_(g_MNJ[roles.bias].eq(0), float("-inf"))
         if rule == "softmax":
             hm_MNJ = _softmax_split(g_MNJ, core_NJ, roles, temperature, rows.start or 0, zeros_marked=True)
         elif rule in ("gate_linear", "up_linear"):

@@ -8,6 +8,7 @@ import torch
 from sae_lens import JumpReLUSAE, JumpReLUSAEConfig, StandardSAE, StandardSAEConfig, TopKSAE, TopKSAEConfig
 from transformer_lens import HookedTransformer, HookedTransformerConfig
 
+from sae_workbench.corpus import default_bos_id
 from sae_workbench.errors import HookNotFoundError
 from sae_workbench.evaluation.attribution import (
     MLP_RULES,
@@ -199,19 +200,15 @@ def test_heads_plus_bias_are_the_attention_output():
         assert float((heads - ref).abs().max()) <= REL * _rms(ref)
 
 
-def _frozen_forward_share(model, sae, hook, feature, n, rule):
-    """Token n's share by an independent route: TL's own forward, only token n's embedding, everything frozen.
+def _frozen_forward(model, tokens, at, inject, hook, rule):
+    """The state at `hook` (N, D) of TL's own forward in which the state at hook `at` is replaced by `inject(clean)`.
 
     Patterns, norm scales and (per rule) the MLP gate or secant slope are patched in from the clean run; with those
-    frozen the map embedding -> hook state is linear, so this is the linear rules' decomposition by definition.
+    frozen the map from the state at `at` to the state at `hook` is linear (for a bias-free model), so pushing one
+    component through it is the linear rules' share of that component by definition.
     """
-    _, clean = model.run_with_cache(TOKENS[None])
+    _, clean = model.run_with_cache(tokens[None])
     store: dict[str, torch.Tensor] = {}
-
-    def only_n(x, hook):
-        out = torch.zeros_like(x)
-        out[:, n] = x[:, n]
-        return out
 
     def freeze(name):
         return lambda x, hook: clean[name]
@@ -225,22 +222,44 @@ def _frozen_forward_share(model, sae, hook, feature, n, rule):
     def mlp_post(layer):
         def fn(x, hook):
             g, h = clean[f"blocks.{layer}.mlp.hook_pre"], clean[f"blocks.{layer}.mlp.hook_post"]
-            if rule == "up_linear":
+            if rule == "up_linear" and model.cfg.gated_mlp:
                 return model.blocks[layer].mlp.act_fn(g) * store["u"]
             return h / g * store["g"]
 
         return fn
 
-    hooks = [("hook_embed", only_n)]
-    for layer in range(2):
+    hooks = [(at, lambda x, hook: inject(x))]
+    for layer in range(model.cfg.n_layers):
         for name in ("ln1.hook_scale", "ln2.hook_scale", "attn.hook_pattern"):
             hooks.append((f"blocks.{layer}.{name}", freeze(f"blocks.{layer}.{name}")))
-        hooks += [(f"blocks.{layer}.mlp.hook_pre_linear", keep("u")), (f"blocks.{layer}.mlp.hook_pre", keep("g")),
-                  (f"blocks.{layer}.mlp.hook_post", mlp_post(layer)), (hook, keep("x"))]  # fmt: skip
+        hooks += [
+            (f"blocks.{layer}.mlp.hook_pre", keep("g")),
+            (f"blocks.{layer}.mlp.hook_post", mlp_post(layer)),
+        ]
+        if model.cfg.gated_mlp:
+            hooks.append((f"blocks.{layer}.mlp.hook_pre_linear", keep("u")))
+    hooks.append((hook, keep("x")))
     with torch.no_grad():
-        model.run_with_hooks(TOKENS[None], fwd_hooks=hooks)
-    readout = feature_readout(sae, feature)
-    return float(readout.component_scores(store["x"][0, -1][None], clean[hook][0, -1])[0])
+        model.run_with_hooks(tokens[None], fwd_hooks=hooks)
+    return store["x"][0]
+
+
+def _frozen_share(model, sae, tokens, feature, at, inject, hook, rule):
+    """The feature's read-out at the last position of `_frozen_forward`'s state (score of one component)."""
+    _, clean = model.run_with_cache(tokens[None], names_filter=[hook])
+    x = _frozen_forward(model, tokens, at, inject, hook, rule)
+    return float(feature_readout(sae, feature).component_scores(x[-1][None], clean[hook][0, -1])[0])
+
+
+def _frozen_forward_share(model, sae, hook, feature, n, rule):
+    """Token n's share by an independent route: TL's own forward, only token n's embedding, everything frozen."""
+
+    def only_n(x):
+        out = torch.zeros_like(x)
+        out[:, n] = x[:, n]
+        return out
+
+    return _frozen_share(model, sae, TOKENS, feature, "hook_embed", only_n, hook, rule)
 
 
 @pytest.mark.parametrize("rule", ["up_linear", "gate_linear"])
@@ -253,6 +272,128 @@ def test_linear_rules_equal_an_independent_frozen_forward(rule):
         assert res.scores_N[n] == pytest.approx(
             _frozen_forward_share(model, sae, hook, 5, n, rule), rel=1e-4, abs=1e-5
         )
+
+
+def _bias_free(model) -> bool:
+    """Whether every bias of the model is exactly zero (the frozen forward is then linear in its input state)."""
+    params = model.named_parameters()
+    return all(float(p.detach().abs().max()) == 0.0 for n, p in params if n.split(".")[-1].startswith("b"))
+
+
+@pytest.mark.parametrize("rule", ["up_linear", "gate_linear"])
+@pytest.mark.parametrize("hook", ["blocks.1.hook_resid_post", "blocks.1.hook_resid_mid"])
+def test_head_and_mlp_scores_equal_a_frozen_forward_of_that_component_alone(rule, hook):
+    # Completeness holds by construction (the rest term absorbs errors); this checks each part on its own. Under a
+    # linear rule a head's share is the read-out of TL's frozen forward in which the residual stream right after
+    # block l's attention holds that head's clean output alone (z_h W_O[h], from TL's own hook_z) and nothing else.
+    model = build_llama()
+    assert _bias_free(model)
+    sae = build_sae("standard")
+    feature = _active_feature(model, sae, hook, TOKENS)
+    comp = depass_components(model, sae, hook, TOKENS, feature, rule=rule)
+    _, clean = model.run_with_cache(TOKENS[None])
+    n_attn = 2  # both blocks' attention writes before either hook
+    assert len(comp.head_scores_LH) == n_attn
+    for layer in range(n_attn):
+        W_O = model.blocks[layer].attn.W_O.detach()
+        for h in range(model.cfg.n_heads):
+            head_out = clean[f"blocks.{layer}.attn.hook_z"][:, :, h] @ W_O[h]
+            want = _frozen_share(model, sae, TOKENS, feature, f"blocks.{layer}.hook_resid_mid",
+                                 lambda x, o=head_out: o, hook, rule)  # fmt: skip
+            assert comp.head_scores_LH[layer][h] == pytest.approx(want, rel=1e-4, abs=1e-5), (layer, h)
+    # The MLPs that write before the hook: block 0's (and block 1's for resid_post), alone after their write.
+    n_mlp = 2 if hook.endswith("resid_post") else 1
+    assert len(comp.mlp_scores_L) == n_mlp
+    for layer in range(n_mlp):
+        mlp_out = clean[f"blocks.{layer}.hook_mlp_out"]
+        want = _frozen_share(model, sae, TOKENS, feature, f"blocks.{layer}.hook_resid_post",
+                             lambda x, o=mlp_out: o, hook, rule)  # fmt: skip
+        assert comp.mlp_scores_L[layer] == pytest.approx(want, rel=1e-4, abs=1e-5), layer
+    # Not all zero: the check would pass vacuously on a dead decomposition.
+    assert max(abs(s) for row in comp.head_scores_LH for s in row) > 1e-2
+
+
+@pytest.mark.parametrize("rule", ["up_linear", "gate_linear"])
+def test_upstream_feature_scores_equal_a_frozen_forward_of_that_feature_alone(rule):
+    model = build_llama()
+    sae, up_sae = build_sae("standard"), build_sae("standard", seed=1)
+    hook, up_hook = "blocks.1.hook_resid_post", "blocks.0.hook_resid_post"
+    feature = _active_feature(model, sae, hook, TOKENS)
+    res = depass_upstream(model, sae, hook, TOKENS, feature, up_sae, up_hook, rule=rule)
+    _, clean = model.run_with_cache(TOKENS[None], names_filter=[up_hook])
+    acts = up_sae.encode(clean[up_hook])[0].detach()  # (N, F); no tokenizer, so no BOS position is set aside
+    assert len(res.upstream_features_K) >= 3
+    for j, score in list(zip(res.upstream_features_K, res.scores_K, strict=True))[:3]:
+        part = acts[:, j, None] * up_sae.W_dec[j].detach()
+        want = _frozen_share(model, sae, TOKENS, feature, up_hook, lambda x, p=part: p[None], hook, rule)
+        assert score == pytest.approx(want, rel=1e-4, abs=1e-5), j
+    b_dec = _frozen_share(model, sae, TOKENS, feature, up_hook,
+                          lambda x: up_sae.b_dec.detach().expand_as(x).clone(), hook, rule)  # fmt: skip
+    assert res.b_dec == pytest.approx(b_dec, rel=1e-4, abs=1e-5)
+    assert res.bos == 0.0
+
+
+def _text_after_bos(model) -> torch.Tensor:
+    """A window as the index builds it: the index's BOS (`default_bos_id`), then the tokens of a short text."""
+    tok = model.tokenizer
+    ids = tok.encode(
+        "The fisherman cast his line from the muddy river bank at dawn.", add_special_tokens=False
+    )
+    return torch.tensor([default_bos_id(tok), *ids])
+
+
+def test_the_index_window_bos_gets_the_bos_rule_on_the_tiny_model(tiny_model):
+    # SmolLM2's tokenizer declares <|im_start|> (1) as BOS, but every indexed window starts with <|endoftext|> (0).
+    tok = tiny_model.tokenizer
+    tokens = _text_after_bos(tiny_model)
+    assert int(tokens[0]) == default_bos_id(tok) != tok.bos_token_id
+    assert _bias_free(tiny_model)
+    sae = build_sae("standard")
+    hook = "blocks.1.hook_resid_post"
+    feature = _active_feature(tiny_model, sae, hook, tokens)
+    res = depass_tokens(tiny_model, sae, hook, tokens, feature, rule="softmax")
+    assert res.bos_position == 0
+    with torch.no_grad():
+        ref_bos = _reference_softmax_shares(tiny_model, sae, tokens, feature, bos=True)
+        ref = _reference_softmax_shares(tiny_model, sae, tokens, feature, bos=False)
+    assert ref_bos[:-1] != pytest.approx(ref[:-1], rel=1e-3)  # the BOS rule changes the split on this text
+    assert list(res.scores_N) == pytest.approx(ref_bos[:-1], rel=1e-4, abs=1e-5)
+    assert res.rest == pytest.approx(ref_bos[-1], abs=1e-5)
+    # ignore_bos=False still finds the BOS but splits the MLPs as if it were an ordinary token.
+    kept = depass_tokens(tiny_model, sae, hook, tokens, feature, rule="softmax", ignore_bos=False)
+    assert kept.bos_position == 0
+    assert list(kept.scores_N) == pytest.approx(ref[:-1], rel=1e-4, abs=1e-5)
+
+
+def test_the_upstream_level_sets_the_index_window_bos_aside_on_the_tiny_model(tiny_model):
+    # The BOS position's state (the sink: a huge residual in real models) is its own `bos` component, not credited to
+    # the upstream features active there: checked against TL's frozen forward (gate_linear is linear per component).
+    tokens = _text_after_bos(tiny_model)
+    assert _bias_free(tiny_model)
+    sae, up_sae = build_sae("standard"), build_sae("standard", seed=1)
+    hook, up_hook, rule = "blocks.1.hook_resid_post", "blocks.0.hook_resid_post", "gate_linear"
+    feature = _active_feature(tiny_model, sae, hook, tokens)
+    res = depass_upstream(tiny_model, sae, hook, tokens, feature, up_sae, up_hook, rule=rule)
+    _, clean = tiny_model.run_with_cache(tokens[None], names_filter=[up_hook])
+    x = clean[up_hook][0]
+
+    def only_bos(_):
+        out = torch.zeros_like(x)
+        out[0] = x[0]
+        return out[None]
+
+    bos = _frozen_share(tiny_model, sae, tokens, feature, up_hook, only_bos, hook, rule)
+    assert abs(bos) > 1e-3
+    assert res.bos == pytest.approx(bos, rel=1e-4, abs=1e-5)
+    acts = up_sae.encode(clean[up_hook])[0].detach()
+    active_at_bos = [i for i, j in enumerate(res.upstream_features_K) if acts[0, j] > 0]
+    assert active_at_bos, "no chosen feature is active at BOS: the exclusion would go unchecked"
+    for i in active_at_bos[:3]:
+        j = res.upstream_features_K[i]
+        part = acts[:, j, None] * up_sae.W_dec[j].detach()
+        part[0] = 0.0  # features count from position 1 on
+        want = _frozen_share(tiny_model, sae, tokens, feature, up_hook, lambda _, p=part: p[None], hook, rule)
+        assert res.scores_K[i] == pytest.approx(want, rel=1e-4, abs=1e-5), j
 
 
 def test_softmax_rule_by_hand():
@@ -341,23 +482,33 @@ def test_baselines_satisfy_their_axioms():
 
 
 def _reference_softmax_shares(model, sae, tokens, feature, bos, temperature=0.1):
-    """Token shares by the paper's rule written out plainly (spec A.2), for the bias-free Llama-style model.
+    """Token shares by the paper's rule written out plainly (spec A.2), for a bias-free model (Llama-style: RMSNorm,
+    gated MLP; or the tiny LayerNorm/GELU one with TL's zero-initialised biases).
 
     Dense (N + 1 components: tokens, then the residual one), per-entry masks, every position carried to the end,
     TL's own repeat-interleaved W_V: none of the shortcuts of the library's propagation.
     """
+    assert _bias_free(model)
     _, cache = model.run_with_cache(tokens[None])
     N = tokens.numel()
-    C = torch.zeros(N + 1, N, D)
+    d = model.cfg.d_model
+    ln = model.cfg.normalization_type == "LN"
+
+    def norm(C, scale, w):
+        if ln:  # centring is linear, so it applies per component; the scale is the clean one
+            C = C - C.mean(-1, keepdim=True)
+        return C / scale * w
+
+    C = torch.zeros(N + 1, N, d)
     C[torch.arange(N), torch.arange(N)] = cache["blocks.0.hook_resid_pre"][0]
     for layer, block in enumerate(model.blocks):
         pre = f"blocks.{layer}."
-        x = C / cache[pre + "ln1.hook_scale"][0] * block.ln1.w
+        x = norm(C, cache[pre + "ln1.hook_scale"][0], block.ln1.w)
         v = torch.einsum("mkd,hde->mhke", x, block.attn.W_V)
         z = torch.einsum("hqk,mhke->mqhe", cache[pre + "attn.hook_pattern"][0], v)
         C = C + torch.einsum("mqhe,hed->mqd", z, block.attn.W_O)
-        x = C / cache[pre + "ln2.hook_scale"][0] * block.ln2.w
-        g = x @ block.mlp.W_gate
+        x = norm(C, cache[pre + "ln2.hook_scale"][0], block.ln2.w)
+        g = x @ (block.mlp.W_gate if model.cfg.gated_mlp else block.mlp.W_in)
         g[N] = torch.where(g[N].abs() < 1e-5, torch.zeros_like(g[N]), g[N])
         mask = g != 0
         if bos:
