@@ -22,6 +22,10 @@ class DegenerateProxyError(InteractionsError):
     """The trees hold at most one non-constant coefficient, which shapiq 1.4.1's _refine cannot threshold."""
 
 
+class _GameFailed(Exception):
+    """Carries an exception the value function raised through shapiq (its __cause__ is re-raised)."""
+
+
 Game = Callable[[np.ndarray], np.ndarray]
 """A value function: bool masks (B, n), True = player kept, to values (B,)."""
 
@@ -52,8 +56,19 @@ def proxyspex_moebius(
     shapiq = require()
     approx = shapiq.ProxySPEX(n=n, index="FBII", max_order=n, top_order=False, random_state=seed)
     approx.decoder_args = {k: list(v) for k, v in (grid or REFERENCE_GRID).items()}
+
+    def guarded(masks: np.ndarray) -> np.ndarray:
+        """The game, its own errors tagged so they are not taken for _refine's IndexError below."""
+        try:
+            return game(masks)
+        except Exception as err:
+            raise _GameFailed from err
+
     try:
-        iv = approx.approximate(budget, game)
+        iv = approx.approximate(budget, guarded)
+    except _GameFailed as failed:  # the value function's own error, re-raised as it was
+        assert failed.__cause__ is not None
+        raise failed.__cause__ from None
     except (IndexError, FloatingPointError) as err:  # 1.4.1's _refine without a non-constant coefficient
         raise DegenerateProxyError(
             f"ProxySPEX's trees found no structure to refine ({err!r}): no split reduces the loss, as for a pure "

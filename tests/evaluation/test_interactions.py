@@ -1,6 +1,7 @@
 """ProxySPEX interactions (issue 22; specs/attribution.md B.4): the planted game P1 against its known terms and the
-exact Möbius transform, the parity negative control P2, the constant game, the missing extra, the feature value
-functions on the tiny model against the SAE's own encoding, and `workbench interactions` into the store, resumed.
+exact Möbius transform, the parity negative control P2, the order-2 FBII and k-SII against their definitions computed
+here over all 2^n coalitions, the constant game, the missing extra, the feature value functions on the tiny model
+against the SAE's own encoding, and `workbench interactions` into the store, resumed.
 
 Most tests shrink the LightGBM grid to one configuration of the reference grid (shapiq_adapter.REFERENCE_GRID,
 the library default: 8 configurations x 5 folds, spec B.1.3) to stay fast; the reference grid runs in the slow test.
@@ -8,6 +9,8 @@ the library default: 8 configurations x 5 folds, spec B.1.3) to stay fast; the r
 
 from __future__ import annotations
 
+import itertools
+import math
 import sys
 
 import numpy as np
@@ -97,6 +100,138 @@ def test_p2_parity_negative_control_has_low_r2(budget):
     result = explain_game(parity, 24, budget, seed=0, grid=QUICK)
     assert result.r2["proxyspex"] < 0.2 and result.r2["banzhaf"] < 0.2
     assert not [t for t in result.top_terms if tuple(t["players"]) == (2, 5) and abs(t["value"]) > 1.0]
+
+
+# Order-2 indices from their definitions, by enumerating all 2^n coalitions (independent of shapiq):
+# - FBII (Tsai, Yeh & Ravikumar 2023, "Faith-Shap", Banzhaf case): the coefficients E(S), |S| <= k, of the least-squares
+#   fit of v(T) by sum_{S subset T, |S| <= k} E(S) with every coalition weighted equally (p = 1/2); no constraint.
+# - SII (Grabisch & Roubens 1999): SII(S) = sum_{T subset N\S} (n-|T|-|S|)! |T|! / (n-|S|+1)! * Delta_S v(T), where
+#   Delta_S v(T) = sum_{L subset S} (-1)^(|S|-|L|) v(T u L).
+# - k-SII (Bordt & von Luxburg 2023): k-SII(S) = sum_{j=0}^{k-|S|} B_j sum_{T superset S, |T|=|S|+j} SII(T), with
+#   Bernoulli numbers B_0 = 1, B_1 = -1/2. At k = 2: pairs are their SII, a singleton is SII(i) - 1/2 sum_j SII(i, j).
+
+
+def _subsets(players, max_size: int | None = None):
+    """Every subset of `players` (as a frozenset), smallest first."""
+    players = sorted(players)
+    top = len(players) if max_size is None else max_size
+    for size in range(top + 1):
+        yield from (frozenset(c) for c in itertools.combinations(players, size))
+
+
+def _all_values(game, n: int) -> dict[frozenset[int], float]:
+    """v(T) for every coalition T of n players."""
+    masks = np.array([[(c >> i) & 1 for i in range(n)] for c in range(2**n)], dtype=bool)
+    return {frozenset(np.flatnonzero(m).tolist()): float(y) for m, y in zip(masks, game(masks), strict=True)}
+
+
+def _fbii(v: dict[frozenset[int], float], n: int, order: int = 2) -> dict[tuple[int, ...], float]:
+    """FBII up to `order`: the uniformly weighted least-squares fit over all coalitions."""
+    basis = list(_subsets(range(n), order))
+    coalitions = list(v)
+    A = np.array([[float(S <= T) for S in basis] for T in coalitions])
+    coef = np.linalg.lstsq(A, np.array([v[T] for T in coalitions]), rcond=None)[0]
+    return {tuple(sorted(S)): float(c) for S, c in zip(basis, coef, strict=True)}
+
+
+def _sii(v: dict[frozenset[int], float], n: int, S: frozenset[int]) -> float:
+    """The Shapley interaction index of S by its definition."""
+    s, total = len(S), 0.0
+    for T in _subsets(set(range(n)) - S):
+        weight = math.factorial(n - len(T) - s) * math.factorial(len(T)) / math.factorial(n - s + 1)
+        total += weight * sum((-1) ** (s - len(L)) * v[T | L] for L in _subsets(S))
+    return total
+
+
+def _ksii2(v: dict[frozenset[int], float], n: int) -> dict[tuple[int, ...], float]:
+    """k-SII at k = 2 for every singleton and pair."""
+    pairs = {(i, j): _sii(v, n, frozenset((i, j))) for i, j in itertools.combinations(range(n), 2)}
+    singles = {
+        (i,): _sii(v, n, frozenset((i,))) - 0.5 * sum(x for p, x in pairs.items() if i in p) for i in range(n)
+    }
+    return singles | pairs
+
+
+def _exact_order2(index: str, v: dict[frozenset[int], float], n: int) -> dict[tuple[int, ...], float]:
+    """The exact index at order 2 (singletons and pairs) by the definitions above."""
+    values = _fbii(v, n) if index == "FBII" else _ksii2(v, n)
+    return {k: x for k, x in values.items() if 1 <= len(k) <= 2}
+
+
+def _game(terms: dict[tuple[int, ...], float]):
+    """sum_S c_S prod_{i in S} x_i: a game whose Möbius transform is `terms`."""
+
+    def f(X: np.ndarray) -> np.ndarray:
+        return sum(c * X[:, list(S)].all(axis=1) for S, c in terms.items()) + np.zeros(len(X))
+
+    return f
+
+
+# The issue's game plus a 4-way term: pairs inside a 3-way term get m/2 under both indices, inside a 4-way term m/4
+# (FBII) and m/3 (k-SII), so (4, 6) is 0.8 vs 0.9 and a swapped index fails.
+MIXED = {(1, 2): 2.0, (3,): 1.5, (4, 5, 6): 1.0, (0, 4, 6, 7): 1.2}
+
+
+@pytest.mark.parametrize("index", ["FBII", "k-SII"])
+def test_moebius_conversion_matches_the_index_definitions(index):
+    n = 8
+    v = _all_values(_game(MIXED), n)
+    exact = _exact_order2(index, v, n)
+    moebius = {  # Möbius inversion m(S) = sum_{T subset S} (-1)^(|S|-|T|) v(T), over all 256 coalitions
+        tuple(sorted(S)): sum((-1) ** (len(S) - len(T)) * v[T] for T in _subsets(S)) for S in v
+    }
+    assert {k: round(x, 9) for k, x in moebius.items() if abs(x) > 1e-9} == MIXED
+    got = shapiq_adapter.convert(moebius, n, index, 2)
+    for players in exact:
+        assert got.get(players, 0.0) == pytest.approx(exact[players], abs=1e-9), players
+    assert not [k for k, x in got.items() if len(k) > 2 and abs(x) > 1e-9]
+    # the reference itself: the two indices differ here, and k-SII is efficient (sums to v(N) - v(empty))
+    assert _exact_order2("FBII", v, n)[(4, 6)] == pytest.approx(0.8)
+    assert _exact_order2("k-SII", v, n)[(4, 6)] == pytest.approx(0.9)
+    if index == "k-SII":
+        assert sum(exact.values()) == pytest.approx(v[frozenset(range(n))] - v[frozenset()])
+
+
+DEPTH5 = {"max_depth": [5], "max_iter": [1000], "learning_rate": [0.1]}
+"""One configuration of the reference grid deep enough for a 4-way term (a depth-d tree has Fourier order <= d)."""
+
+
+@pytest.mark.parametrize("index", ["FBII", "k-SII"])
+@pytest.mark.parametrize(
+    ("n", "terms", "grid"),
+    [
+        # the issue's game with the 3-way term at 3 (at 1 it is under 5% of the variance, below ProxySPEX's energy
+        # cut); n = 8: budget_for caps at 2^8 = 256 masks, all coalitions, 32 with x4 x5 x6 = 1
+        (8, {(1, 2): 2.0, (3,): 1.5, (4, 5, 6): 3.0}, QUICK),
+        # a 4-way term, where FBII (m/4) and k-SII (m/3) pairs differ; n = 10 (1000 masks) because LightGBM leaves
+        # need 20 samples (min_child_samples) and 256 masks hold only 16 with all four kept
+        (10, {(3, 4, 5, 6): 3.0, (1,): 0.5}, DEPTH5),
+    ],
+    ids=["3way-n8", "4way-n10"],
+)
+def test_reported_order2_values_match_the_exact_index(n, terms, grid, index):
+    """`explain_game`'s order-2 table (ProxySPEX's Möbius model converted to FBII or k-SII) against the index computed
+    from its definition on the planted game: every non-zero pair is reported, to 0.02, and nothing else is."""
+    game = _game(terms)
+    exact = {k: x for k, x in _exact_order2(index, _all_values(game, n), n).items() if len(k) == 2}
+    result = explain_game(game, n, seed=0, index=index, grid=grid)
+    assert result.index == index and result.budget == min(1000, 2**n)
+    reported = {tuple(p["players"]): p["value"] for p in result.order2}
+    nonzero = {k for k, x in exact.items() if abs(x) > 1e-9}
+    assert nonzero <= set(reported)
+    for players in nonzero | set(reported):
+        assert reported.get(players, 0.0) == pytest.approx(exact[players], abs=0.02), players
+
+
+def test_a_failing_value_function_raises_its_own_error():
+    """An error inside the game reaches the caller as itself, not as 'the trees found no structure' (shapiq 1.4.1's
+    _refine failure is an IndexError too)."""
+
+    def broken(X: np.ndarray) -> np.ndarray:
+        return X[:, 99].astype(float)  # IndexError: 6 players
+
+    with pytest.raises(IndexError, match="99"):
+        shapiq_adapter.proxyspex_moebius(broken, 6, 64, 0, QUICK)
 
 
 def test_constant_game_is_a_clear_error():
