@@ -3,6 +3,11 @@
 A test sets `SAE_WORKBENCH_FAULT=<point>:<marker file>`; the first process that reaches `fail_point(<point>)`
 creates the marker and exits at once with status 17 (no cleanup, as a killed worker would); later processes find the
 marker and go on. Unset, `fail_point` costs one environment lookup.
+
+Points: `index-range-<start>` (an Indexer actor, before range [start, ...) is computed), `index-range-staged-<start>`
+(the same, after that range's windows staging file is written and before its activations file),
+`index-reduce-commit` (the index driver, after recording one reduced bucket), `train.checkpoint`, `llm.gate`,
+`score.commit`.
 """
 
 from __future__ import annotations
