@@ -15,9 +15,10 @@ dead (`status` DEAD, empty text), not explained. An LLM error that retries canno
 endpoint down) cancels the features in flight — none of them is written, while features already finished are — and
 stops the job with one error; rerun the same command to resume.
 
-The store work runs on one thread beside the event loop (explainers/lease.py): each feature's inputs are read there
-up to READ_AHEAD features ahead, and finished batches are written there in order, so at concurrency 1 the next
-feature's DuckDB queries overlap this feature's LLM calls and Python instead of following them.
+The store work runs on one thread beside the event loop (`store.lease.StoreWorker`, under the job's `StoreLease`):
+each feature's inputs are read there up to READ_AHEAD features ahead, and finished batches are written there in
+order, so at concurrency 1 the next feature's DuckDB queries overlap this feature's LLM calls and Python instead of
+following them.
 """
 
 from __future__ import annotations

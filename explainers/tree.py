@@ -494,16 +494,6 @@ class LLMProposer:
         return [r.value for r in results if not isinstance(r, LLMMalformedOutputError)]
 
 
-# ---------------------------------------------------------------------------------------------- splits
-
-
-def interleave_splits(positives: Sequence[Record], negatives: Sequence[Record]) -> TreeSplits:
-    """Deal records round-robin into train/valid/test in the order given (`examples.testsets.deal`)."""
-    parts_p = [tuple(positives[i::3]) for i in range(3)]
-    parts_n = [tuple(negatives[i::3]) for i in range(3)]
-    return TreeSplits(*(Split(p, n) for p, n in zip(parts_p, parts_n, strict=True)))
-
-
 # ---------------------------------------------------------------------------------------------- the explainer
 
 
@@ -624,7 +614,6 @@ __all__ = [
     "TreePresetError",
     "TreeResult",
     "TreeSplits",
-    "interleave_splits",
     "tree_preset",
     "tree_search",
 ]

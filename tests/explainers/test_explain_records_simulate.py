@@ -156,7 +156,8 @@ def test_memo_simulator_simulates_each_rule_and_records_once():
 
 def test_tree_scores_each_split_as_if_simulated_alone_with_one_call_per_rule():
     from sae_workbench.explainers.simulate import score_records
-    from sae_workbench.explainers.tree import LexicalEditor, TreeConfig, interleave_splits, tree_search
+    from sae_workbench.explainers.tree import LexicalEditor, TreeConfig, tree_search
+    from tests.explainers.test_tree_paper import dealt
 
     rng = np.random.default_rng(0)
     words = "the cat sat on a mat by dog".split()
@@ -168,7 +169,7 @@ def test_tree_scores_each_split_as_if_simulated_alone_with_one_call_per_rule():
 
     pos = [sentence(i, True) for i in range(12)]
     neg = [sentence(100 + i, False) for i in range(12)]
-    splits = interleave_splits(pos, neg)
+    splits = dealt(pos, neg)
     cfg = TreeConfig(roots=3, branching=2, width=2, depth=2, stop_score=1.1)
     inner = CountingLexical()
     result = asyncio.run(tree_search(LexicalEditor(cfg, seed=1), inner, splits, cfg, 3.0))

@@ -11,16 +11,17 @@ import numpy as np
 import pytest
 
 from sae_workbench.examples.records import Record, discretise
-from sae_workbench.examples.testsets import SplitConfig
+from sae_workbench.examples.testsets import SplitConfig, deal
 from sae_workbench.explainers.job import ExplainJob, config_key
 from sae_workbench.explainers.lexical import LexicalSimulator
 from sae_workbench.explainers.simulate import pooled_correlation, simulate_rules
 from sae_workbench.explainers.tree import (
     LexicalEditor,
+    Split,
     TreeConfig,
     TreeExplainer,
     TreePresetError,
-    interleave_splits,
+    TreeSplits,
     tree_preset,
     tree_search,
 )
@@ -42,11 +43,18 @@ def sentences(seed: int = 0) -> tuple[list[Record], list[Record]]:
     return [one(i, True) for i in range(12)], [one(100 + i, False) for i in range(12)]
 
 
+def dealt(positives: list[Record], negatives: list[Record]) -> TreeSplits:
+    """The records' train/valid/test as the shared split deals their window ids (`examples.testsets.deal`)."""
+    by_id = {r.window_id: r for r in (*positives, *negatives)}
+    thirds = zip(deal([r.window_id for r in positives]), deal([r.window_id for r in negatives]), strict=True)
+    return TreeSplits(*(Split(tuple(by_id[i] for i in p), tuple(by_id[i] for i in n)) for p, n in thirds))
+
+
 def test_paper_stop_rule_runs_one_revision_round_after_roots_that_qualify():
     # Every score qualifies (stop at -1): the spec's rule stops on the roots, the reference's only after the first
     # level has been pruned (ref explainer.py:450), i.e. after one round of revisions.
     pos, neg = sentences()
-    splits = interleave_splits(pos, neg)
+    splits = dealt(pos, neg)
     for cfg, depths in (
         (dataclasses.replace(TreeConfig(), stop_score=-1.0), {0}),
         (dataclasses.replace(TreeConfig.paper(), stop_score=-1.0), {0, 1}),
@@ -58,7 +66,7 @@ def test_paper_stop_rule_runs_one_revision_round_after_roots_that_qualify():
 def test_paper_scores_train_and_valid_on_discretised_values():
     # ref applies format_records (floor(5x/max), 0..5) before scoring train and valid (experiment.py:234-244).
     pos, neg = sentences(1)
-    splits = interleave_splits(pos, neg)
+    splits = dealt(pos, neg)
     paper = dataclasses.replace(TreeConfig.paper(), stop_score=1.1)
     raw = dataclasses.replace(paper, score_discretised=False)
     differs = 0

@@ -57,11 +57,10 @@ Public API of `Store` (records are frozen dataclasses from `sae_workbench.store.
 
   Examples (window ids of the SAE's indexed corpus: get_sae/index_progress(sae_id).corpus)
   top_examples(sae_id, feature, k=20) -> list[Example]
-  quantile_examples(sae_id, feature, n_quantiles=10, per_quantile=5, seed=0) -> list[Example]
-  random_examples(sae_id, feature, k, seed=0) -> list[Example]
-  random_negatives(sae_id, feature, k, seed=0, threshold=0.0) -> list[int]
-  (close negatives: sae_workbench.examples.sampling.close_negatives / draw_negatives, which store what they draw)
   add_sample(Sample) -> int;  samples(sae_id, feature=None, source=None) -> list[Sample]
+  (Sampling policy is not the store's: sae_workbench.examples.sampling draws over window_maxima and
+  indexed_window_ids — quantile_examples, random_examples, random_negatives, close_negatives — and draw_examples /
+  draw_negatives store what they draw as samples.)
 
   Embeddings
   add_window_embeddings(corpus, model, window_ids, embeddings_ND) -> None
