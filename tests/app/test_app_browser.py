@@ -242,3 +242,39 @@ def test_network_served_app_fixes_the_playground_to_registered_saes(
     assert not field.is_disabled()
     assert page.get_by_text("loads only SAEs registered in the store").count() == 0
     page.close()
+
+
+def _grid(page, header: str):
+    """The st.dataframe whose grid has a column named `header`. Glide draws the grid on a canvas and keeps an
+    accessible table of the same headers and cells in the DOM (hidden): that table is what is read here."""
+    frame = page.get_by_test_id("stDataFrame").filter(has=page.locator("th", has_text=header)).first
+    frame.wait_for(timeout=60_000)
+    return frame
+
+
+def test_absorption_columns_show_names_and_directions(server: str, browser, sample: SampleStore) -> None:
+    """Issue 19, item 5c: the absorption tables a user sees name each SAEBench metric and its better direction
+    (app/labels.py); the values are the sample store's planted eval (tests/app/sample_store.py)."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1500})
+    page.goto(f"{server}/overview?sae={sample.sae_id}")
+    overview = _grid(page, "Absorption fraction, mean over letters (↓ better)")
+    assert overview.locator("th").all_text_contents() == [
+        "Absorption fraction, mean over letters (↓ better)",
+        "Full absorption rate, mean over letters (↓ better)",
+        "Split features per letter, mean (↓ better)",
+    ]
+    assert overview.locator("td").all_text_contents() == ["0.12", "0.05", "1.3"]
+    assert overview.locator("canvas").first.is_visible()
+    page.goto(f"{server}/feature?sae={sample.sae_id}&feature={sample.explained_feature}")
+    page.get_by_role("tab", name="Absorption").click(timeout=60_000)
+    feature = _grid(page, "First letter")
+    assert feature.locator("th").all_text_contents() == [
+        "First letter",
+        "Main features",
+        "Absorption fraction (↓ better)",
+    ]
+    assert feature.locator("td").all_text_contents() == ["g", str(sample.explained_feature), "0.2"]
+    assert feature.locator("canvas").first.is_visible()
+    headers = " ".join(page.locator("th").all_text_contents())
+    assert "mean_absorption" not in headers and "first_letter" not in headers  # no raw SAEBench keys
+    page.close()
