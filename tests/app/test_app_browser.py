@@ -1,7 +1,8 @@
 """End to end in a real headless Chromium: `workbench app` serves a sample store; the Feature page shows shaded
 tokens and explanations, HTML in the corpus stays text, and explanation search finds a feature. Issue 19: every page
 has its own URL, a dead feature is called dead, the hypothesis form stores a `manual` explanation, and an app bound
-beyond loopback fixes the Playground to registered SAEs (and `--read-only` hides the form)."""
+beyond loopback fixes the Playground to registered SAEs (and `--read-only` hides the form), and the absorption tables
+name each metric and its better direction."""
 
 import contextlib
 import os
