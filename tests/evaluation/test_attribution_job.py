@@ -13,6 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sae_workbench import cli
+from sae_workbench.corpus import default_bos_id
 from sae_workbench.evaluation.attribution.export import graph_json
 from sae_workbench.evaluation.attribution.job import AttributeConfig, AttributeConfigError, run_attribution
 from sae_workbench.models import load_model
@@ -57,6 +58,10 @@ def test_job_stores_complete_attributions_and_effects_and_resumes(sample):
             total = sum(r["scores_N"]) + r["rest"] + r["model_bias"] + r["sae_bias"]
             assert total == pytest.approx(r["pre_activation"], rel=1e-4, abs=1e-5)
             assert row.rule == r["rule"] == "softmax"
+            # Every indexed window starts with the index's BOS (<|endoftext|>, not the tokenizer's <|im_start|>):
+            # DePass recognises it, so the BOS rule applies and the page can set the sink aside.
+            assert r["token_ids_N"][0] == default_bos_id(model.tokenizer) != model.tokenizer.bos_token_id
+            assert r["bos_position"] == 0
         comps = store.attributions(sample.sae_id, f, level="components")
         assert (
             len(comps) == 2 and len(comps[0].result["head_scores_LH"]) == 2
@@ -184,6 +189,7 @@ def test_upstream_level_stores_complete_shares_and_exports_a_two_layer_graph(sam
         *(r[k] for k in ("other_features", "b_dec", "bos", "sae_error", "model_bias", "sae_bias")),
     ]
     assert sum(parts) == pytest.approx(r["pre_activation"], abs=1e-4 * max(1.0, sum(abs(p) for p in parts)))
+    assert r["bos"] != 0.0  # the index's BOS position's state is set aside as its own part
     # The example's stored peak is what was attributed.
     ex = store.top_examples(sample.sae_id, feature, 1)[0]
     assert r["activation"] == pytest.approx(ex.max_value, rel=1e-3, abs=1e-4)
