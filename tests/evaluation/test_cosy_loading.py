@@ -1,0 +1,108 @@
+"""CoSy loads its own model, SAE and control texts behind the Scorer protocol (`CosyScorer.from_backends` reading the
+run's `ScorerInputs`), so `workbench score` and the Ray backend never switch on its name; scores are those of the
+same components built by hand."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from sae_workbench.corpus import default_bos_id, iter_windows, resolve_corpus
+from sae_workbench.evaluation.base import ScoreBackends, ScoreConfig, ScoreConfigError, ScorerInputs
+from sae_workbench.evaluation.cosy import CorpusRuleGenerator, CorpusSnippet, CosyScorer, ModelFeatureMeans
+from sae_workbench.evaluation.registry import SCORERS, make_scorer
+from sae_workbench.evaluation.score_job import run_scoring, score_backends
+from sae_workbench.sae.indexing import IndexConfig, index_sae
+from sae_workbench.sae.io import compute_sae_id, load_sae, save_sae
+from sae_workbench.status import Status
+from sae_workbench.store import ExplanationRecord, Store
+from tests.sae.test_indexing import HOOK, TEXT, make_sae
+
+CONTEXT = 32
+INDEXED_WINDOWS = 20
+
+
+@pytest.fixture()
+def indexed(tiny_model, tmp_path: Path) -> tuple[Store, str, Path, Path]:
+    """A store with a saved TopK SAE indexed over 20 windows of a small corpus: (store, SAE id, SAE folder, corpus)."""
+    corpus_path = tmp_path / "corpus.txt"
+    corpus_path.write_text(TEXT)
+    sae_dir = save_sae(make_sae(), tmp_path / "sae")
+    sae = load_sae(str(sae_dir))
+    store = Store.open(tmp_path / "store.duckdb")
+    cfg = IndexConfig(context_size=CONTEXT, batch_size=4)
+    index_sae(store, tiny_model, sae, HOOK, resolve_corpus(str(corpus_path)), CONTEXT * INDEXED_WINDOWS, cfg,
+              model_name="tiny")  # fmt: skip
+    return store, compute_sae_id(sae, "tiny", HOOK), sae_dir, corpus_path
+
+
+def _explanation(store: Store, sae_id: str) -> ExplanationRecord:
+    """A stored explanation of the SAE's most active feature, quoting words the corpus has."""
+    table = store.feature_table(sae_id).to_pylist()
+    feature = int(max(table, key=lambda r: r["n_windows_active"])["feature"])
+    record = ExplanationRecord(sae_id, feature, "manual", "manual-v1", "", "", {}, {}, [], [], '" fox"; " river"',
+                               f"cosy-load-{feature}")  # fmt: skip
+    return store.get_explanation(store.add_explanation(record))
+
+
+def test_cosy_loads_what_the_cli_used_to_build_and_scores_the_same(tiny_model, indexed) -> None:
+    store, sae_id, sae_dir, corpus_path = indexed
+    expl = _explanation(store, sae_id)
+    inputs = ScorerInputs(store, sae_id, sae_dir, control_size=8)
+    loaded = make_scorer(ScoreConfig("cosy", seed=3), score_backends(None, inputs=inputs))
+    assert isinstance(loaded, CosyScorer)
+    # Control = the 8 windows right after the 20 indexed ones, read here straight from the corpus.
+    corpus = resolve_corpus(str(corpus_path))
+    after = next(
+        iter_windows(corpus, tiny_model.tokenizer, CONTEXT, start_window=INDEXED_WINDOWS, batch_size=8)
+    )
+    assert loaded.control_texts == list(after.texts)[:8]
+    assert loaded.backend() == "corpus-rule-composer" and loaded.prompt_version() == ""
+    assert loaded.key_params() == {"n_control": 8, "cosy": {"preset": "default", "words_per_text": None,
+                                                           "max_tokens": 128}}  # fmt: skip
+    # The same components built by hand from the model, the SAE file and the store's windows.
+    sae = load_sae(str(sae_dir))
+    means = ModelFeatureMeans(
+        tiny_model, HOOK, sae.encode, default_bos_id(tiny_model.tokenizer), max_tokens=128
+    )
+    windows = store.get_windows(store.index_progress(sae_id).corpus, store.indexed_window_ids(sae_id))
+    snippets = [CorpusSnippet(w.window_id, tuple(w.token_strings[1:])) for w in windows]
+    by_hand = CosyScorer(CorpusRuleGenerator(snippets, seed=3), means.for_feature, list(after.texts)[:8])
+    got, want = (asyncio.run(s.score(expl, None)) for s in (loaded, by_hand))
+    assert got.status is want.status is Status.OK
+    assert got.metrics == want.metrics and got.details == want.details
+    assert all(isinstance(v, int | float) for v in got.metrics.values())  # the typed boundary: numbers only
+    assert {"auc", "mad", "n_descriptions"} <= set(got.metrics) and got.details["descriptions"]
+
+    result = run_scoring(store, sae_id, ScoreConfig("cosy", seed=3), score_backends(None, inputs=inputs),
+                         progress=False)  # fmt: skip
+    assert (result.scored, result.failed) == (1, 0)
+    (stored,) = store.scores(explanation_id=expl.id, scorer="cosy")
+    assert stored.metrics == {**got.metrics, **got.details}  # one JSON object, as before the split
+    assert stored.provenance["n_control"] == 8
+
+
+def test_cosy_refuses_bad_inputs_before_loading(indexed, tmp_path: Path) -> None:
+    store, sae_id, sae_dir, _ = indexed
+    with pytest.raises(ScoreConfigError, match="pass --sae-path"):
+        CosyScorer.check_inputs(ScorerInputs())
+    with pytest.raises(ScoreConfigError, match="unknown CoSy preset 'fast'"):
+        CosyScorer.check_inputs(ScorerInputs(sae_path=sae_dir, preset="fast"))
+    with pytest.raises(ScoreConfigError, match="at least 1"):
+        CosyScorer.check_inputs(ScorerInputs(sae_path=sae_dir, control_size=0))
+    other = save_sae(make_sae(seed=1), tmp_path / "other")
+    backends = ScoreBackends(inputs=ScorerInputs(store, sae_id, other))
+    with pytest.raises(ScoreConfigError, match="weights hash differently"):
+        make_scorer(ScoreConfig("cosy"), backends)
+
+
+def test_only_cosy_is_local_only_and_every_scorer_checks_its_preset() -> None:
+    assert {name for name, cls in SCORERS.items() if cls.local_only} == {"cosy"}
+    for cls in SCORERS.values():
+        with pytest.raises(ScoreConfigError, match="preset 'fast'"):
+            cls.check_inputs(ScorerInputs(sae_path=Path("x"), preset="fast"))
+        cls.check_inputs(
+            ScorerInputs(sae_path=Path("x"), preset="paper")
+        )  # accepted, as `workbench score` did
