@@ -41,6 +41,10 @@ class SAEHookMismatchError(WorkbenchError):
     """The SAE was trained on a different hook than the one it is being indexed on."""
 
 
+class CooccurrenceBudgetError(WorkbenchError, ValueError):
+    """IndexConfig.cooc_max_rows is not a positive number of rows."""
+
+
 @dataclass(frozen=True)
 class IndexConfig:
     """Settings of one indexing run (the first three are fixed for an SAE once indexing starts)."""
@@ -59,6 +63,15 @@ class IndexConfig:
     """Decoder-cosine and co-occurrence neighbours kept per feature."""
     compute_stats: bool = True
     """Compute per-feature statistics after indexing."""
+    cooc_max_rows: int = 20_000_000
+    """Row budget of the co-occurrence neighbours, which hold their rows in memory: an SAE with more activation rows
+    gets neighbours estimated on its first windows (smallest ids) whose rows fit. Peak RSS measured here: MEASURED."""
+
+    def __post_init__(self) -> None:
+        if self.cooc_max_rows < 1:
+            raise CooccurrenceBudgetError(
+                f"cooc_max_rows must be >= 1 (rows read for the co-occurrence neighbours), got {self.cooc_max_rows}."
+            )
 
 
 @dataclass(frozen=True)
@@ -363,10 +376,49 @@ def cooccurrence_neighbours(
     return ids, vals
 
 
+def budgeted_cooccurrence(
+    store: Store, sae_id: str, d_sae: int, context_size: int, k: int, max_rows: int
+) -> tuple[list[list[int]], list[list[float]]]:
+    """`cooccurrence_neighbours` of `sae_id` over at most `max_rows` stored rows: all of them when they fit, else
+    those of the longest prefix of windows that fits (recorded in the index run's config under `cooc_sample`)."""
+    if store.activation_count(sae_id) <= max_rows:
+        coords = store.activation_coordinates(sae_id)
+        store.record_cooccurrence_sample(sae_id, None)
+    else:
+        prefix = store.window_prefix(sae_id, max_rows)
+        assert prefix.window_end is not None  # more rows than max_rows, so some window is left out
+        coords = store.activation_coordinates(sae_id, window_end=prefix.window_end)
+        sample = {
+            "window_end": prefix.window_end,
+            "n_windows": prefix.n_windows,
+            "n_rows": coords.num_rows,
+            "total_windows": prefix.total_windows,
+            "total_rows": prefix.total_rows,
+            "max_rows": max_rows,
+        }
+        store.record_cooccurrence_sample(sae_id, sample)
+        log.warning(
+            "co-occurrence neighbours of %s estimated on its first %d of %d windows (ids < %d): %d of %d rows "
+            "(IndexConfig.cooc_max_rows = %d)",
+            sae_id, prefix.n_windows, prefix.total_windows, prefix.window_end, coords.num_rows, prefix.total_rows,
+            max_rows,
+        )  # fmt: skip
+    keys = coords.column("window_id").to_numpy() * context_size + coords.column("position").to_numpy()
+    return cooccurrence_neighbours(coords.column("feature").to_numpy(), keys, d_sae, k)
+
+
 def compute_feature_stats(
     store: Store, sae_id: str, sae: SAE[Any], model: HookedTransformer, config: IndexConfig | None = None
 ) -> None:
-    """Activation statistics (SQL), logit-lens tokens, decoder-cosine and co-occurrence neighbours of every feature."""
+    """Activation statistics (SQL), logit-lens tokens, decoder-cosine and co-occurrence neighbours of every feature.
+
+    The co-occurrence neighbours hold their rows in memory, so they read at most `config.cooc_max_rows` of them:
+    an SAE with no more rows than that gets them from every row (exactly as without a budget); a larger one gets
+    them estimated on the prefix of its windows (smallest ids first) whose rows fit (`Store.window_prefix`), and
+    only those rows are read. Which windows and rows were used is recorded in the index run's config under
+    `cooc_sample` (window_end, n_windows, n_rows, total_windows, total_rows; absent when every row was used) and
+    logged as a warning.
+    """
     cfg = config or IndexConfig()
     progress = store.index_progress(sae_id)
     assert progress is not None
@@ -376,12 +428,8 @@ def compute_feature_stats(
     strings_V = vocab_strings(model.tokenizer)
     lens = logit_lens(W_dec_FD, W_U_DV, cfg.n_logit_tokens)
     dec_ids, dec_cos = decoder_neighbours(W_dec_FD, cfg.n_neighbours)
-    coords = store.activation_coordinates(sae_id)
-    keys = (
-        coords.column("window_id").to_numpy() * progress.context_size + coords.column("position").to_numpy()
-    )
-    cooc_ids, cooc_vals = cooccurrence_neighbours(
-        coords.column("feature").to_numpy(), keys, sae.cfg.d_sae, cfg.n_neighbours
+    cooc_ids, cooc_vals = budgeted_cooccurrence(
+        store, sae_id, sae.cfg.d_sae, progress.context_size, cfg.n_neighbours, cfg.cooc_max_rows
     )
     f32 = pa.list_(pa.float32())
     table = pa.table(

@@ -6,7 +6,7 @@ finalize_index, which sorts the staged rows by feature into the query table.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 
@@ -29,6 +29,23 @@ from sae_workbench.store.windows import Windows
 
 ACTIVATION_COLUMNS = ("feature", "window_id", "position", "value")
 """Columns of an activation batch (add_activations)."""
+COOC_SAMPLE_KEY = "cooc_sample"
+"""Key of an index run's config that records the windows the co-occurrence neighbours were estimated on."""
+
+
+class WindowPrefix(NamedTuple):
+    """The first windows of an SAE (smallest ids) whose activation rows fit a budget (`Indexing.window_prefix`)."""
+
+    window_end: int | None
+    """Exclusive bound: the id of the first window left out, or None when every window fits."""
+    n_windows: int
+    """Windows (with at least one activation row) in the prefix."""
+    n_rows: int
+    """Activation rows of those windows."""
+    total_windows: int
+    """Windows with at least one activation row, all of them."""
+    total_rows: int
+    """Activation rows of the SAE, all of them."""
 
 
 class Indexing(SAEs, Windows):
@@ -167,13 +184,64 @@ class Indexing(SAEs, Windows):
             table = "activations_staging" if staged else self._activations_sql(sae_id)
             return count(conn.execute(f"SELECT count(*) FROM {table} WHERE sae_id = ?", [sae_id]))
 
-    def activation_coordinates(self, sae_id: str) -> Table:
-        """All (feature, window_id, position, value) rows of `sae_id` as Arrow (for vectorised statistics)."""
+    def activation_coordinates(self, sae_id: str, window_end: int | None = None) -> Table:
+        """The (feature, window_id, position, value) rows of `sae_id` as Arrow (for vectorised statistics): all of
+        them, or with `window_end` only those of windows with id < window_end.
+
+        The bound is a WHERE clause of the scan, so DuckDB filters the table (or the Parquet files, row group by row
+        group) while reading and only the kept rows reach memory.
+        """
+        bound, params = (
+            ("", [sae_id]) if window_end is None else (" AND window_id < ?", [sae_id, int(window_end)])
+        )
         with self._conn() as conn:
             acts = self._activations_sql(sae_id)
             return arrow(
-                conn, f"SELECT feature, window_id, position, value FROM {acts} WHERE sae_id = ?", [sae_id]
+                conn,
+                f"SELECT feature, window_id, position, value FROM {acts} WHERE sae_id = ?{bound}",
+                params,
             )
+
+    def window_prefix(self, sae_id: str, max_rows: int) -> WindowPrefix:
+        """The longest run of `sae_id`'s windows, in id order from the smallest, whose activation rows total at most
+        `max_rows` (rows counted per window id in SQL, cumulative sum, cut at the budget)."""
+        if max_rows < 0:
+            raise StoreError(f"max_rows must be >= 0, got {max_rows}.")
+        with self._conn() as conn:
+            acts = self._activations_sql(sae_id)
+            row = first(
+                conn.execute(
+                    f"WITH w AS (SELECT window_id, count(*) AS n FROM {acts} WHERE sae_id = ? GROUP BY window_id), "
+                    "c AS (SELECT window_id, sum(n) OVER (ORDER BY window_id) AS cum FROM w) "
+                    "SELECT count(*) FILTER (WHERE cum <= ?), coalesce(max(cum) FILTER (WHERE cum <= ?), 0), "
+                    "min(window_id) FILTER (WHERE cum > ?), coalesce(max(cum), 0), count(*) FROM c",
+                    [sae_id, max_rows, max_rows, max_rows],
+                )
+            )
+        assert row is not None
+        return WindowPrefix(
+            window_end=None if row[2] is None else int(row[2]),
+            n_windows=int(row[0]),
+            n_rows=int(row[1]),
+            total_windows=int(row[4]),
+            total_rows=int(row[3]),
+        )
+
+    def record_cooccurrence_sample(self, sae_id: str, sample: dict[str, int] | None) -> None:
+        """Note in `sae_id`'s index run (its config, key `cooc_sample`) which windows and rows the co-occurrence
+        neighbours were computed on; None removes the note (they were computed on every row)."""
+        config = dict(self._indexed(sae_id).config)
+        if sample is None and COOC_SAMPLE_KEY not in config:
+            return
+        if sample is None:
+            del config[COOC_SAMPLE_KEY]
+        else:
+            config[COOC_SAMPLE_KEY] = dict(sample)
+        with self._write() as conn:
+            conn.execute(
+                "UPDATE index_runs SET config = ?, updated_at = current_timestamp WHERE sae_id = ?",
+                [dumps(config), sae_id],
+            ).fetchall()
 
     def indexed_window_ids(self, sae_id: str) -> np.ndarray:
         """Ids of the windows `sae_id` was indexed over (ascending)."""
