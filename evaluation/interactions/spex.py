@@ -36,7 +36,11 @@ CONSTANT_VAR = 1e-12
 
 
 def budget_for(n: int) -> int:
-    """The project's budget rule min(5000, max(1000, 16 n)) (specs/attribution.md B.3), capped at 2^n."""
+    """The project's budget rule min(5000, max(1000, 16 n)) (specs/attribution.md B.3), capped at 2^n.
+
+    The cap is ours: n players have only 2^n distinct masks, and shapiq 1.4.1's sampler draws without repeats and
+    clamps a larger budget to 2^n with a warning (approximator/sampling.py), so the stored budget is what was evaluated.
+    """
     return min(5000, max(1000, 16 * n), 2**n)
 
 
