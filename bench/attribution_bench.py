@@ -276,6 +276,22 @@ def _print_timing(timing: dict[str, tuple[float, float]], load_before: str) -> N
         print(f"| {k} | {wall:.2f} | {cpu:.2f} |")
 
 
+def _print_heads(heads: dict[str, list[float]]) -> None:
+    """The D3 table."""
+    print(
+        f"\n### D3 head check: relative drop of the activation (%) from zeroing 3 heads of blocks 0-{LAST_BLOCK}"
+    )
+    print("\n| heads zeroed | drop % (mean ± 95%) |\n|---|---|")
+    for k, v in heads.items():
+        print(
+            f"| top-3 {k} | {_ci(v)} |"
+            if k != "random"
+            else f"| random 3 (mean of {N_RANDOM_HEADS}) | {_ci(v)} |"
+        )
+    diff = [a - b for a, b in zip(heads["depass"], heads["random"], strict=True)]
+    print(f"| DePass − random | {_ci(diff)} |")
+
+
 def main() -> None:
     """Run D2, D3 and the timing; print Markdown tables."""
     from tqdm import tqdm
@@ -288,6 +304,15 @@ def main() -> None:
     ap.add_argument("--ig-steps", type=int, default=100)
     ap.add_argument("--json", default=None, help="also write every per-pair figure here")
     ap.add_argument("--timing-only", action="store_true", help="only the 128-token timing (no D2/D3 pairs)")
+    ap.add_argument(
+        "--methods",
+        default=None,
+        help="comma-separated D2 methods (default: all but the bos_as_token variant); depass:softmax is always run. "
+        "depass:softmax:bos_as_token is the softmax rule with the BOS rule off (what these windows, which start "
+        "with <|endoftext|>, got before c7059de)",
+    )
+    ap.add_argument("--no-heads", action="store_true", help="skip D3 (the head check)")
+    ap.add_argument("--no-timing", action="store_true", help="skip the 128-token timing")
     args = ap.parse_args()
     torch.set_num_threads(2)
     started = time.perf_counter()
@@ -295,7 +320,7 @@ def main() -> None:
     sae = _load_sae(model, args.sae)
     print(f"model + SAE ready in {time.perf_counter() - started:.0f} s (SAE d_sae={sae.cfg.d_sae})")
     load_before = " ".join(f"{x:.1f}" for x in os.getloadavg())
-    timing = time_128(model, sae)
+    timing = {} if args.no_timing else time_128(model, sae)
     if args.timing_only:
         _print_timing(timing, load_before)
         return
@@ -314,7 +339,18 @@ def main() -> None:
         ),
         "attention_rollout": lambda f, x: attention_rollout(model, HOOK, x),
         "random": lambda f, x: random_scores(x, rng),
+        "depass:softmax:bos_as_token": lambda f, x: from_depass(
+            depass_tokens(model, sae, HOOK, x, f, ignore_bos=False)
+        ),
     }
+    if args.methods is None:
+        methods.pop("depass:softmax:bos_as_token")
+    else:
+        wanted = {"depass:softmax", *(m.strip() for m in args.methods.split(",") if m.strip())}
+        unknown = wanted - set(methods)
+        if unknown:
+            ap.error(f"unknown methods {sorted(unknown)}; choose from {sorted(methods)}")
+        methods = {k: v for k, v in methods.items() if k in wanted}
     dele: dict[str, list[float]] = {m: [] for m in methods}
     ins: dict[str, list[float]] = {m: [] for m in methods}
     secs: dict[str, float] = dict.fromkeys(methods, 0.0)
@@ -330,10 +366,11 @@ def main() -> None:
             dele[name].append(statistics.fmean(d))
             ins[name].append(statistics.fmean(i))
             row[name] = {"deletion": d, "insertion": i}
-        hc = head_check(model, sae, feature, tokens, rng)
-        for k, v in hc.items():
-            heads[k].append(v)
-        row["heads"] = hc
+        if not args.no_heads:
+            hc = head_check(model, sae, feature, tokens, rng)
+            for k, v in hc.items():
+                heads[k].append(v)
+            row["heads"] = hc
         per_pair.append(row)
     n = len(pairs)
     lengths = [p[1].numel() for p in pairs]
@@ -348,19 +385,10 @@ def main() -> None:
         print(
             f"| {name} | {_ci(dele[name])} | {_ci(ins[name])} | {_ci(diff) if name != 'depass:softmax' else '—'} | {secs[name] / n:.2f} |"
         )
-    print(
-        f"\n### D3 head check: relative drop of the activation (%) from zeroing 3 heads of blocks 0-{LAST_BLOCK}"
-    )
-    print("\n| heads zeroed | drop % (mean ± 95%) |\n|---|---|")
-    for k, v in heads.items():
-        print(
-            f"| top-3 {k} | {_ci(v)} |"
-            if k != "random"
-            else f"| random 3 (mean of {N_RANDOM_HEADS}) | {_ci(v)} |"
-        )
-    diff = [a - b for a, b in zip(heads["depass"], heads["random"], strict=True)]
-    print(f"| DePass − random | {_ci(diff)} |")
-    _print_timing(timing, load_before)
+    if not args.no_heads:
+        _print_heads(heads)
+    if timing:
+        _print_timing(timing, load_before)
     print(f"\ntotal {time.perf_counter() - started:.0f} s")
     if args.json:
         Path(args.json).write_text(json.dumps({"pairs": per_pair, "timing": timing}, indent=1))

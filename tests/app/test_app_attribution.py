@@ -8,6 +8,7 @@ import re
 import pytest
 
 from sae_workbench.app import queries, render
+from sae_workbench.models import tiny_tokenizer
 from sae_workbench.store import Store
 from tests.app.sample_store import (
     PLANTED_CONTINUATION,
@@ -85,6 +86,12 @@ def test_playground_depass_shares_of_typed_text_add_up_at_the_peak(sample: Sampl
     assert error < 1e-3  # Σ token shares + rest + biases = the pre-activation (DePass's exact decomposition)
     acts = [float(a) for a in re.findall(r'data-act="([^"]+)"', header)]
     assert len(acts) == len(encoded.token_strings) and all(a == 0.0 for a in acts[peak + 1 :])  # causal cut
+    # The playground prepends the index's BOS (<|endoftext|> for SmolLM2's tokenizer, not its declared <|im_start|>);
+    # DePass recognises it as the sink, so the paper's ignore-BOS rule applies to typed text too.
+    bos_id = queries.index_bos_id(str(sample.path), sample.sae_id)
+    res = queries.run_playground_depass(record, str(sample.sae_dir), text, bos_id, chosen, peak)
+    assert bos_id is not None and res.token_ids_N[0] == bos_id != tiny_tokenizer().bos_token_id
+    assert res.bos_position == 0
     with pytest.raises(queries.PlaygroundError):
         queries.run_playground_depass(record, str(sample.sae_dir), text, None, sample.d_sae, peak)
 
