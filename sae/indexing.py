@@ -356,23 +356,36 @@ def decoder_neighbours(W_dec_FD: np.ndarray, k: int, chunk: int = 1024) -> tuple
 
 
 def cooccurrence_neighbours(
-    features: np.ndarray, token_keys: np.ndarray, d_sae: int, k: int
+    features: np.ndarray, token_keys: np.ndarray, d_sae: int, k: int, chunk: int = 1024
 ) -> tuple[list[list[int]], list[list[float]]]:
-    """Each feature's k neighbours by Jaccard index over the tokens where both are active (sparse X^T X)."""
+    """Each feature's k neighbours by Jaccard index over the tokens where both are active (sparse X^T X).
+
+    X^T X is formed `chunk` features (rows of it) at a time and cut to the top k before the next block, so memory
+    holds the token x feature matrix twice plus one block's co-occurring pairs, not every pair at once (each row
+    gives k_active - 1 pairs). The counts are small integers, exact in float32, so any chunking gives the same result.
+    """
     _, token_idx = np.unique(token_keys, return_inverse=True)
     n_tok = int(token_idx.max()) + 1 if len(token_idx) else 0
-    X = sp.csr_matrix((np.ones(len(features), np.float32), (token_idx, features)), shape=(n_tok, d_sae))
-    C = (X.T @ X).tocoo()
-    counts_F = np.asarray(X.sum(axis=0)).ravel()
-    off_diag = C.row != C.col
-    rows, cols, inter = C.row[off_diag], C.col[off_diag], C.data[off_diag]
-    jaccard = inter / (counts_F[rows] + counts_F[cols] - inter)
-    order = np.lexsort((cols, -jaccard, rows))
-    rows, cols, jaccard = rows[order], cols[order], jaccard[order]
-    starts = np.searchsorted(rows, np.arange(d_sae))
-    ends = np.searchsorted(rows, np.arange(d_sae), side="right")
-    ids = [cols[s : min(e, s + k)].tolist() for s, e in zip(starts, ends, strict=True)]
-    vals = [jaccard[s : min(e, s + k)].astype(float).tolist() for s, e in zip(starts, ends, strict=True)]
+    X_TF = sp.csr_matrix((np.ones(len(features), np.float32), (token_idx, features)), shape=(n_tok, d_sae))
+    del token_idx
+    X_FT = X_TF.T.tocsr()
+    counts_F = np.asarray(X_TF.sum(axis=0)).ravel()
+    ids: list[list[int]] = []
+    vals: list[list[float]] = []
+    for start in range(0, d_sae, chunk):
+        stop = min(start + chunk, d_sae)
+        C = (X_FT[start:stop] @ X_TF).tocoo()  # (stop - start, d_sae): pair counts of this block's features
+        rows, cols, inter = C.row.astype(np.int64) + start, C.col, C.data
+        off_diag = rows != cols
+        rows, cols, inter = rows[off_diag], cols[off_diag], inter[off_diag]
+        jaccard = inter / (counts_F[rows] + counts_F[cols] - inter)
+        order = np.lexsort((cols, -jaccard, rows))
+        rows, cols, jaccard = rows[order], cols[order], jaccard[order]
+        block = np.arange(start, stop)
+        starts = np.searchsorted(rows, block)
+        ends = np.searchsorted(rows, block, side="right")
+        ids += [cols[s : min(e, s + k)].tolist() for s, e in zip(starts, ends, strict=True)]
+        vals += [jaccard[s : min(e, s + k)].astype(float).tolist() for s, e in zip(starts, ends, strict=True)]
     return ids, vals
 
 

@@ -4,6 +4,7 @@ checked against rows read independently (a plain DuckDB read of a copy of the st
 on both store layouts."""
 
 import shutil
+from fractions import Fraction
 from pathlib import Path
 
 import duckdb
@@ -19,6 +20,7 @@ from sae_workbench.sae.indexing import (
     index_sae,
 )
 from sae_workbench.store import Store
+from sae_workbench.store.partitioned import activations_relation
 from tests.sae.test_indexing import HOOK, TEXT, make_sae
 
 CONTEXT = 32
@@ -142,6 +144,15 @@ def test_over_budget_uses_the_prefix_of_windows_that_fits(indexed, tiny_model, f
     }
     # The store-level read with the bound returns exactly those rows.
     assert store.activation_coordinates(sae_id, window_end=next_window).num_rows == n_fit
+    root = store.activations_root(sae_id)
+    if root is not None:  # partitioned: the bound is a filter of the Parquet scan itself, not a step after it
+        relation = activations_relation(root, sae_id)
+        plan = store.query(
+            f"EXPLAIN SELECT feature, window_id, position, value FROM {relation} "
+            f"WHERE sae_id = '{sae_id}' AND window_id < {next_window}"
+        )
+        text = "\n".join(str(x) for x in plan.column(1).to_pylist())
+        assert "READ_PARQUET" in text and f"Filters: window_id < {next_window}" in text, text
     # Back under budget: the full result again, and the note is gone.
     compute_feature_stats(store, sae_id, sae, tiny_model, IndexConfig(context_size=CONTEXT))
     assert_same(stored_neighbours(store, sae_id), expected_neighbours(rows, np.ones(n, bool), sae.cfg.d_sae))
@@ -163,3 +174,28 @@ def test_budget_below_one_window_reads_nothing(indexed, tiny_model) -> None:
 def test_bad_budget_is_a_typed_error() -> None:
     with pytest.raises(CooccurrenceBudgetError, match="cooc_max_rows"):
         IndexConfig(cooc_max_rows=0)
+
+
+@pytest.mark.parametrize("chunk", [1, 5, 1024])
+def test_chunked_cooccurrence_equals_brute_force_jaccard(chunk: int) -> None:
+    """Blocked X^T X (any chunk) against exact Jaccard indices from Python sets, ties broken by the smaller id."""
+    rng = np.random.default_rng(7)
+    d_sae, n_tok, k = 23, 60, 4
+    active = [
+        sorted(rng.choice(d_sae, size=int(rng.integers(1, 6)), replace=False).tolist()) for _ in range(n_tok)
+    ]
+    features = np.array([f for fs in active for f in fs])
+    keys = np.array(
+        [1000 + 3 * t for t, fs in enumerate(active) for _ in fs]
+    )  # arbitrary, non-contiguous keys
+    tokens_of = [{t for t, fs in enumerate(active) if f in fs} for f in range(d_sae)]
+    ids, vals = cooccurrence_neighbours(features, keys, d_sae, k, chunk=chunk)
+    for f in range(d_sae):
+        scored = [
+            (Fraction(len(tokens_of[f] & tokens_of[g]), len(tokens_of[f] | tokens_of[g])), g)
+            for g in range(d_sae)
+            if g != f and tokens_of[f] & tokens_of[g]
+        ]
+        top = sorted(scored, key=lambda s: (-s[0], s[1]))[:k]
+        assert ids[f] == [g for _, g in top]
+        assert vals[f] == pytest.approx([float(j) for j, _ in top], rel=1e-6)
