@@ -256,7 +256,7 @@ class ScorerDefaults:
 
     @classmethod
     def check_inputs(cls, inputs: ScorerInputs) -> None:
-        """Only a preset name (it has no presets of its own, so either name changes nothing)."""
+        """Check the preset's name only (it has no presets of its own: either name changes nothing)."""
         if inputs.preset not in SCORE_PRESETS:
             raise ScoreConfigError(
                 f"unknown preset {inputs.preset!r}; choose one of {', '.join(SCORE_PRESETS)}"
