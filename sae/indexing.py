@@ -355,14 +355,21 @@ def decoder_neighbours(W_dec_FD: np.ndarray, k: int, chunk: int = 1024) -> tuple
     return np.concatenate(ids), np.concatenate(vals)
 
 
+COOC_BLOCK_PAIRS = 1 << 22
+"""Co-occurring (feature, feature) pairs formed per block of X^T X: bounds the step's memory beyond its rows
+(about 60 B per pair in the product, its COO copy and the sort: ~250 MB)."""
+
+
 def cooccurrence_neighbours(
-    features: np.ndarray, token_keys: np.ndarray, d_sae: int, k: int, chunk: int = 1024
+    features: np.ndarray, token_keys: np.ndarray, d_sae: int, k: int, block_pairs: int = COOC_BLOCK_PAIRS
 ) -> tuple[list[list[int]], list[list[float]]]:
     """Each feature's k neighbours by Jaccard index over the tokens where both are active (sparse X^T X).
 
-    X^T X is formed `chunk` features (rows of it) at a time and cut to the top k before the next block, so memory
-    holds the token x feature matrix twice plus one block's co-occurring pairs, not every pair at once (each row
-    gives k_active - 1 pairs). The counts are small integers, exact in float32, so any chunking gives the same result.
+    X^T X is formed a block of features (rows of it) at a time, each block cut to its top k before the next, the
+    blocks sized so that each forms at most `block_pairs` pairs (a feature's row has at most min(sum of the active
+    counts of its tokens, d_sae) entries; a block is one feature at least): memory holds the token x feature matrix
+    twice plus one block, however the density is spread over features. The counts are small integers, exact in
+    float32, so any blocking gives the same result.
     """
     _, token_idx = np.unique(token_keys, return_inverse=True)
     n_tok = int(token_idx.max()) + 1 if len(token_idx) else 0
@@ -370,12 +377,18 @@ def cooccurrence_neighbours(
     del token_idx
     X_FT = X_TF.T.tocsr()
     counts_F = np.asarray(X_TF.sum(axis=0)).ravel()
+    active_T = np.diff(X_TF.indptr).astype(np.float64)
+    pairs_F = np.minimum(X_FT @ active_T, d_sae)  # upper bound on the entries of each feature's row of X^T X
+    cum_pairs_F = np.cumsum(pairs_F)
     ids: list[list[int]] = []
     vals: list[list[float]] = []
-    for start in range(0, d_sae, chunk):
-        stop = min(start + chunk, d_sae)
+    start = 0
+    while start < d_sae:
+        before = cum_pairs_F[start - 1] if start else 0.0
+        stop = max(int(np.searchsorted(cum_pairs_F, before + block_pairs, side="right")), start + 1)
         C = (X_FT[start:stop] @ X_TF).tocoo()  # (stop - start, d_sae): pair counts of this block's features
         rows, cols, inter = C.row.astype(np.int64) + start, C.col, C.data
+        del C
         off_diag = rows != cols
         rows, cols, inter = rows[off_diag], cols[off_diag], inter[off_diag]
         jaccard = inter / (counts_F[rows] + counts_F[cols] - inter)
@@ -386,6 +399,7 @@ def cooccurrence_neighbours(
         ends = np.searchsorted(rows, block, side="right")
         ids += [cols[s : min(e, s + k)].tolist() for s, e in zip(starts, ends, strict=True)]
         vals += [jaccard[s : min(e, s + k)].astype(float).tolist() for s, e in zip(starts, ends, strict=True)]
+        start = stop
     return ids, vals
 
 

@@ -176,9 +176,9 @@ def test_bad_budget_is_a_typed_error() -> None:
         IndexConfig(cooc_max_rows=0)
 
 
-@pytest.mark.parametrize("chunk", [1, 5, 1024])
-def test_chunked_cooccurrence_equals_brute_force_jaccard(chunk: int) -> None:
-    """Blocked X^T X (any chunk) against exact Jaccard indices from Python sets, ties broken by the smaller id."""
+@pytest.mark.parametrize("block_pairs", [1, 40, 1 << 22])
+def test_blocked_cooccurrence_equals_brute_force_jaccard(block_pairs: int) -> None:
+    """Blocked X^T X (any block size) against exact Jaccard indices from Python sets, ties broken by the smaller id."""
     rng = np.random.default_rng(7)
     d_sae, n_tok, k = 23, 60, 4
     active = [
@@ -189,7 +189,7 @@ def test_chunked_cooccurrence_equals_brute_force_jaccard(chunk: int) -> None:
         [1000 + 3 * t for t, fs in enumerate(active) for _ in fs]
     )  # arbitrary, non-contiguous keys
     tokens_of = [{t for t, fs in enumerate(active) if f in fs} for f in range(d_sae)]
-    ids, vals = cooccurrence_neighbours(features, keys, d_sae, k, chunk=chunk)
+    ids, vals = cooccurrence_neighbours(features, keys, d_sae, k, block_pairs=block_pairs)
     for f in range(d_sae):
         scored = [
             (Fraction(len(tokens_of[f] & tokens_of[g]), len(tokens_of[f] | tokens_of[g])), g)
