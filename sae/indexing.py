@@ -65,7 +65,9 @@ class IndexConfig:
     """Compute per-feature statistics after indexing."""
     cooc_max_rows: int = 20_000_000
     """Row budget of the co-occurrence neighbours, which hold their rows in memory: an SAE with more activation rows
-    gets neighbours estimated on its first windows (smallest ids) whose rows fit. Peak RSS measured here: MEASURED."""
+    gets neighbours estimated on its first windows (smallest ids) whose rows fit. Peak RSS of the step, measured here
+    on synthetic rows at 131,072 features and L0 64 (4M and 8M rows): ~0.4 GiB + 65-76 MiB per 1M rows, so ~2 GiB
+    at the default; time 10-30 s of one core per 1M rows."""
 
     def __post_init__(self) -> None:
         if self.cooc_max_rows < 1:
