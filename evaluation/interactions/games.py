@@ -27,6 +27,7 @@ from sae_workbench.errors import CorpusError
 from sae_workbench.evaluation.attribution.depass import (
     MAX_UPSTREAM_FEATURES,
     Target,
+    bos_position,
     check_inputs,
     parse_hook,
 )
@@ -103,12 +104,9 @@ class FeatureGame:
 
 
 def first_player(model: HookedTransformer, tokens_N: torch.Tensor) -> int:
-    """1 when the text starts with a BOS (the tokenizer's, or the window separator the index puts first), else 0."""
-    tok = model.tokenizer
-    if tok is None:
-        return 0
-    starts = {default_bos_id(tok), getattr(tok, "bos_token_id", None)}
-    return 1 if int(tokens_N[0]) in starts else 0
+    """1 when the text starts with a BOS (`depass.bos_position`: the index's window separator or the tokenizer's BOS),
+    else 0."""
+    return 0 if bos_position(model, tokens_N) is None else 1
 
 
 def _decode(model: HookedTransformer, ids: list[int]) -> str:

@@ -60,7 +60,9 @@ def test_job_stores_complete_attributions_and_effects_and_resumes(sample):
             assert row.rule == r["rule"] == "softmax"
             # Every indexed window starts with the index's BOS (<|endoftext|>, not the tokenizer's <|im_start|>):
             # DePass recognises it, so the BOS rule applies and the page can set the sink aside.
-            assert r["token_ids_N"][0] == default_bos_id(model.tokenizer) != model.tokenizer.bos_token_id
+            tokenizer = model.tokenizer
+            assert tokenizer is not None
+            assert r["token_ids_N"][0] == default_bos_id(tokenizer) != tokenizer.bos_token_id
             assert r["bos_position"] == 0
         comps = store.attributions(sample.sae_id, f, level="components")
         assert (
