@@ -140,6 +140,12 @@ def _graph(
     }  # fmt: skip
 
 
+def _target_node(result: dict[str, Any], layer: int, feature: int, t: int) -> dict[str, Any]:
+    """The attributed feature's node at its position, labelled with its hook and MLP rule."""
+    label = f"feature {feature} at {result['hook']} ({result['rule']} rule)"
+    return _feature_node(layer, feature, t, label, result["activation"])
+
+
 def graph_json(result: dict[str, Any], token_strings: list[str], model: str, slug: str) -> dict[str, Any]:
     """A token-level DePass result (`TokenAttribution.to_dict()`) as one attribution graph."""
     layer, t, feature = _layer(result["hook"]), int(result["position"]), int(result["feature"])
@@ -147,13 +153,7 @@ def graph_json(result: dict[str, Any], token_strings: list[str], model: str, slu
         log.warning(
             "graph of %s: Neuronpedia's graph page refuses a graph whose last layer is 0", result["hook"]
         )
-    target = _feature_node(
-        layer,
-        feature,
-        t,
-        f"feature {feature} at {result['hook']} ({result['rule']} rule)",
-        result["activation"],
-    )
+    target = _target_node(result, layer, feature, t)
     sources, weights = [], []
     for n, (vocab, share) in enumerate(zip(result["token_ids_N"], result["scores_N"], strict=True)):
         label = token_strings[n] if n < len(token_strings) else str(vocab)
@@ -170,13 +170,7 @@ def upstream_graph_json(
     """An upstream-level DePass result (`UpstreamAttribution.to_dict()`) as one two-layer attribution graph."""
     layer, up_layer = _layer(result["hook"]), _layer(result["upstream_hook"])
     t, feature = int(result["position"]), int(result["feature"])
-    target = _feature_node(
-        layer,
-        feature,
-        t,
-        f"feature {feature} at {result['hook']} ({result['rule']} rule)",
-        result["activation"],
-    )
+    target = _target_node(result, layer, feature, t)
     sources, weights = [], []
     for j, share in zip(result["upstream_features_K"], result["scores_K"], strict=True):
         sources.append(
