@@ -25,14 +25,10 @@ def polysemanticity_sweep(
     explainer: str = typer.Option(
         "tree", help="tree, or oneshot (the spec's one-shot structured explanations; needs an LLM)."
     ),
-    preset: str = typer.Option("default", help="Tree search settings: 'default' or 'paper' (see `explain`)."),
-    negatives: str = typer.Option(
-        "SIMILAR_NEGATIVE", help="Negative source of the split (tree paper default)."
-    ),
+    preset: options.Preset = defaults.PRESET,
+    negatives: options.Negatives = defaults.NEGATIVES,
     seed: options.Seed = 0,
-    record_len: int = typer.Option(
-        32, help="Tokens per record shown, simulated and scored (tree paper: 32)."
-    ),
+    record_len: options.RecordLen = defaults.RECORD_LEN,
     confidence: float = typer.Option(0.95, help="Level of the mean's t CI (ref's figure: 0.8)."),
     llm_model: options.LlmModel = None,
     llm_base_url: options.LlmBaseUrl = None,
@@ -66,7 +62,7 @@ def polysemanticity_sweep(
         typer.secho(
             f"notice: {status.notice} (the lexical proposer and simulator run offline)", fg="yellow", err=True
         )
-    config = ExplainConfig(explainer, negatives=negatives.upper(), seed=seed, record_len=record_len)
+    config = ExplainConfig(explainer, negatives=negatives, seed=seed, record_len=record_len)
     result = rule_cap_sweep(
         st, sae, options.parse_features(features, d_sae), caps, explain=config, method=explainer, preset=preset,
         llm=llm, backends=backends, confidence=confidence,
