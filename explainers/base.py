@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, TypeVar
 from sae_workbench.errors import WorkbenchError
 from sae_workbench.examples.loading import load_records
 from sae_workbench.examples.records import Record
-from sae_workbench.examples.rules import DEFAULT_RULE_CAP
+from sae_workbench.examples.rules import DEFAULT_RULE_CAP, Rule
 from sae_workbench.examples.testsets import FeatureSplit, SplitConfig, draw_split
 from sae_workbench.store import Store, WindowMaxima
 
@@ -82,8 +82,8 @@ class Explanation:
 
     text: str
     """Free-text explanation."""
-    rules: list[dict[str, Any]] | None
-    """Structured rules (`Rule.to_dict()` each), or None."""
+    rules: tuple[Rule, ...] | None
+    """Structured rules, or None for a free-text-only explainer (stored as `Rule.to_dict()` each)."""
     example_ids: list[int]
     """Windows shown as activating examples."""
     negative_ids: list[int]

@@ -35,7 +35,7 @@ from typing import Any, Protocol
 
 from tqdm.auto import tqdm
 
-from sae_workbench.examples.rules import DEFAULT_RULE_CAP
+from sae_workbench.examples.rules import DEFAULT_RULE_CAP, Rule
 from sae_workbench.explainers.base import (
     ExplainConfig,
     ExplainContext,
@@ -60,6 +60,11 @@ KEEPER_POLL_S = 0.05
 """How often the job checks, while features await the LLM, whether another process waits for the store."""
 READ_AHEAD = 2
 """Features whose store inputs are read ahead of those in flight (on the store thread, beside the event loop)."""
+
+
+def _rules_json(rules: tuple[Rule, ...] | None) -> list[dict[str, Any]] | None:
+    """An explanation's rules in their stored JSON form (None for a free-text-only explainer)."""
+    return None if rules is None else [rule.to_dict() for rule in rules]
 
 
 def llm_key_params(llm: LLMConfig | None) -> dict[str, Any]:
@@ -369,7 +374,7 @@ class ExplainJob:
             explainer_version=method.version(with_llm), prompt_version=method.prompt_version(with_llm),
             llm_model=self.llm.model if self.llm is not None else "", llm_params=llm_params,
             sampling=method.sampling(), example_ids=out.example_ids, negative_ids=out.negative_ids, text=out.text,
-            config_key=self.key(feature), rules=out.rules, extra={**out.extra, "usage": usage.to_dict()},
+            config_key=self.key(feature), rules=_rules_json(out.rules), extra={**out.extra, "usage": usage.to_dict()},
             tokens_in=usage.prompt_tokens, tokens_out=usage.completion_tokens,
             seconds=inputs.seconds + time.perf_counter() - t0, status=status,
         )  # fmt: skip

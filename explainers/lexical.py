@@ -563,7 +563,7 @@ class LexicalExplainer:
         """Lexical rules from the positives contrasted with the background."""
         out = lexical_explain(inputs.records, self.config, ctx.peak)
         return Explanation(
-            out.text, [r.to_dict() for r in out.rules], inputs.positive_ids, inputs.background_ids,
+            out.text, out.rules, inputs.positive_ids, inputs.background_ids,
             {"coverage": out.coverage, "method": "lexical"},
         )  # fmt: skip
 

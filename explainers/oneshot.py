@@ -158,4 +158,4 @@ class OneShotExplainer:
         if ctx.client is None:
             raise ExplainJobError("the one-shot explainer needs an LLM client")
         out = await explain_oneshot(ctx.client, inputs.records, ctx.peak, self.rule_cap, tag=ctx.tag)
-        return Explanation(out.text, [r.to_dict() for r in out.rules], inputs.positive_ids, [])
+        return Explanation(out.text, out.rules, inputs.positive_ids, [])

@@ -592,9 +592,7 @@ class TreeExplainer:
         negatives = (
             inputs.split.train.negatives if self.search.train_negatives else ()
         ) + inputs.split.valid.negatives
-        return Explanation(
-            text, [r.to_dict() for r in result.best.rules], list(shown), list(negatives), extra
-        )
+        return Explanation(text, result.best.rules, list(shown), list(negatives), extra)
 
 
 def _num(x: float) -> float | None:

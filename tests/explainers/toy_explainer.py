@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from sae_workbench.examples.records import norm
+from sae_workbench.examples.rules import Rule
 from sae_workbench.examples.testsets import SplitConfig
 from sae_workbench.explainers.base import ExplainConfig, ExplainContext, Explanation, FeatureReader
 from sae_workbench.store import Store
@@ -61,5 +62,5 @@ class ToyExplainer:
     async def explain(self, inputs: ToyInputs, ctx: ExplainContext) -> Explanation:
         """One rule on the commonest peak token."""
         token, _ = Counter(inputs.peak_tokens).most_common(1)[0]
-        rule = {"activates_on": json.dumps(token), "strength": 5}
-        return Explanation(f"fires on {json.dumps(token)}", [rule], inputs.ids, [])
+        rule = Rule(json.dumps(token), 5)
+        return Explanation(f"fires on {json.dumps(token)}", (rule,), inputs.ids, [])
