@@ -117,7 +117,7 @@ class ScoreOutcome:
     def failed(cls, status: Status, **values: float | str) -> ScoreOutcome:
         """A recorded failure with what explains it (texts such as `error=` go to the details, numbers to the
         metrics)."""
-        metrics = {k: v for k, v in values.items() if not isinstance(v, str)}
+        metrics: dict[str, float] = {k: v for k, v in values.items() if not isinstance(v, str)}
         return cls(status, metrics, details={k: v for k, v in values.items() if isinstance(v, str)})
 
     def stored(self) -> dict[str, Any]:
@@ -145,6 +145,8 @@ class ScorerInputs:
     """Settings preset of the scorer's own config (cosy: 'default' or 'paper'); one of `SCORE_PRESETS`."""
     control_size: int | None = None
     """Control texts from the held-out corpus slice (cosy; None: the preset's)."""
+    step: Callable[[str], None] | None = None
+    """Announces each loading step that has no progress bar of its own ('loading model ...'); None: silent."""
 
 
 @dataclass

@@ -332,9 +332,16 @@ class CosyData:
     """Indexed windows (at most 5,000) the offline generator composes texts from."""
 
 
-def load_cosy_data(store: Store, sae_id: str, sae_path: Path, settings: CosyConfig) -> CosyData:
+def load_cosy_data(
+    store: Store,
+    sae_id: str,
+    sae_path: Path,
+    settings: CosyConfig,
+    step: Callable[[str], None] | None = None,
+) -> CosyData:
     """Load the model and the SAE at `sae_path` (which must be SAE `sae_id`), the control texts and the generator's
-    windows of an indexed SAE."""
+    windows of an indexed SAE; `step` announces each step."""
+    say = step or (lambda _text: None)
     from sae_workbench.corpus import default_bos_id, iter_windows, resolve_corpus
     from sae_workbench.models import load_model
     from sae_workbench.sae.io import compute_sae_id, load_sae
@@ -346,7 +353,9 @@ def load_cosy_data(store: Store, sae_id: str, sae_path: Path, settings: CosyConf
         raise NotIndexedError(
             f"SAE {sae_id} has no activations in {store.path}; run `workbench index` first."
         )
+    say(f"loading model {record.model} (cosy)")
     model = load_model(record.model)
+    say(f"loading SAE {sae_path}")
     sae = load_sae(str(sae_path))
     if compute_sae_id(sae, record.model, record.hook) != sae_id:
         raise ScoreConfigError(
@@ -357,6 +366,7 @@ def load_cosy_data(store: Store, sae_id: str, sae_path: Path, settings: CosyConf
     # Control = a fixed held-out slice: the windows right after the indexed ones (never explained or scored).
     corpus = resolve_corpus(progress.corpus)
     control: list[str] = []
+    say(f"reading {settings.n_control} control texts from {progress.corpus} (windows after the indexed ones)")
     for batch in iter_windows(
         corpus, model.tokenizer, progress.context_size, start_window=progress.next_window, batch_size=256
     ):
@@ -413,7 +423,7 @@ class CosyScorer(ScorerDefaults):
         inputs = backends.inputs
         if backends.activation_fn_for is None and inputs.store is not None and inputs.sae_path is not None:
             return cls.load(inputs.store, inputs.sae_id, inputs.sae_path, CosyConfig.of_inputs(inputs),
-                            client=backends.llm_client, seed=config.seed)  # fmt: skip
+                            client=backends.llm_client, seed=config.seed, step=inputs.step)  # fmt: skip
         return cls(backends.generator, backends.activation_fn_for, backends.control_texts)
 
     @classmethod
@@ -426,10 +436,11 @@ class CosyScorer(ScorerDefaults):
         *,
         client: LLMClient | None = None,
         seed: int = 0,
+        step: Callable[[str], None] | None = None,
     ) -> CosyScorer:
         """CoSy for an indexed SAE: the model + SAE means, the held-out control texts, and an LLM generator on
         `client` (offline: the corpus-rule composer over the indexed windows, drawn with `seed`)."""
-        data = load_cosy_data(store, sae_id, sae_path, settings)
+        data = load_cosy_data(store, sae_id, sae_path, settings, step)
         generator = (
             LLMGenerator(client, settings=settings)
             if client is not None

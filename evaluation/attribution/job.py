@@ -31,7 +31,9 @@ from sae_workbench.store.attributions import AttributionRecord, EffectRecord
 
 log = logging.getLogger(__name__)
 
-JOB_VERSION = "1"
+# 2: the index's window separator counts as BOS (c7059de) and the softmax rule masks an ungated MLP's zero bias
+# share, so results stored under 1 are recomputed on a rerun instead of skipped.
+JOB_VERSION = "2"
 LEVELS = ("tokens", "components", "upstream")
 DEFAULT_LEVELS = ("tokens", "components")
 """What a run attributes unless told otherwise; `upstream` also needs an upstream SAE (`Upstream`)."""

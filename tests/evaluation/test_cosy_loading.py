@@ -50,9 +50,12 @@ def _explanation(store: Store, sae_id: str) -> ExplanationRecord:
 def test_cosy_loads_what_the_cli_used_to_build_and_scores_the_same(tiny_model, indexed) -> None:
     store, sae_id, sae_dir, corpus_path = indexed
     expl = _explanation(store, sae_id)
-    inputs = ScorerInputs(store, sae_id, sae_dir, control_size=8)
+    steps: list[str] = []
+    inputs = ScorerInputs(store, sae_id, sae_dir, control_size=8, step=steps.append)
     loaded = make_scorer(ScoreConfig("cosy", seed=3), score_backends(None, inputs=inputs))
     assert isinstance(loaded, CosyScorer)
+    # Each loading step without a bar of its own is announced (issue 19 item 4), in order.
+    assert [s.split(" ")[:2] for s in steps] == [["loading", "model"], ["loading", "SAE"], ["reading", "8"]]
     # Control = the 8 windows right after the 20 indexed ones, read here straight from the corpus.
     corpus = resolve_corpus(str(corpus_path))
     after = next(
@@ -106,3 +109,21 @@ def test_only_cosy_is_local_only_and_every_scorer_checks_its_preset() -> None:
         cls.check_inputs(
             ScorerInputs(sae_path=Path("x"), preset="paper")
         )  # accepted, as `workbench score` did
+
+
+def test_cli_refuses_cosy_on_ray_first(tmp_path: Path) -> None:
+    """`workbench score --scorer cosy --backend ray` names the real obstacle (CoSy is local only) at once, before
+    asking for --sae-path, opening the store or starting Ray."""
+    from typer.testing import CliRunner
+
+    from sae_workbench import cli
+
+    if not any(c.name == "score" for c in cli.app.registered_commands):
+        cli._register_stage_commands()
+    missing = tmp_path / "none.duckdb"
+    out = CliRunner().invoke(
+        cli.app, ["score", "--store", str(missing), "--sae", "x", "--scorer", "cosy", "--backend", "ray"]
+    )
+    assert out.exit_code != 0 and isinstance(out.exception, ScoreConfigError), out.output
+    assert "use --backend local" in str(out.exception) and "--sae-path" not in str(out.exception)
+    assert not missing.exists()

@@ -18,8 +18,8 @@ import duckdb
 import pytest
 
 from sae_workbench.evaluation.base import ScoreConfig, ScoreConfigError
-from sae_workbench.evaluation.ray_score import run_scoring_ray, score_backends
-from sae_workbench.evaluation.score_job import run_scoring
+from sae_workbench.evaluation.ray_score import run_scoring_ray
+from sae_workbench.evaluation.score_job import run_scoring, score_backends
 from sae_workbench.explainers.job import ExplainConfig, ExplainJob
 from sae_workbench.faults import FAULT_EXIT_STATUS
 from sae_workbench.llm.cache import StoreCache

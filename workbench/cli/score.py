@@ -70,7 +70,7 @@ def score(
     llm_qps: options.LlmQps = None,
 ) -> None:
     """Score stored explanations with one scorer and one negative source; results go into the store."""
-    from sae_workbench.evaluation.base import ScorerInputs
+    from sae_workbench.evaluation.base import ScoreConfigError, ScorerInputs
     from sae_workbench.evaluation.registry import scorer_class
     from sae_workbench.evaluation.score_job import ScoreConfig, run_scoring, score_backends
     from sae_workbench.llm.config import LLMConfig
@@ -84,7 +84,10 @@ def score(
         scorer=scorer, negatives=negatives, per_split=per_split, seed=seed, record_length=record_length
     )
     method = scorer_class(scorer)  # an unknown name fails here, before the store opens
-    inputs = ScorerInputs(sae_id=sae, sae_path=sae_path, preset=preset, control_size=control_size)
+    if backend == "ray" and method.local_only:
+        raise ScoreConfigError(f"--scorer {scorer} {method.local_only}: use --backend local")
+    step = options.step_lines(progress)
+    inputs = ScorerInputs(sae_id=sae, sae_path=sae_path, preset=preset, control_size=control_size, step=step)
     method.check_inputs(inputs)  # so do the scorer's own options (cosy: --preset, --control-size, --sae-path)
     llm = LLMConfig(model=llm_model, base_url=llm_base_url) if llm_model else None
     st = Store.open(store)
