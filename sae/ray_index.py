@@ -131,6 +131,10 @@ class RayIndexConfig:
     per bucket, instead of into the store file (None: the root of the store's partitioned SAEs, if they share one)."""
 
 
+STATS_ONLY_SETTINGS = frozenset({"n_logit_tokens", "n_neighbours", "compute_stats", "cooc_max_rows"})
+"""IndexConfig fields that change only the statistics computed after the rows, not the rows or their files."""
+
+
 def range_windows(config: IndexConfig, ray_config: RayIndexConfig) -> int:
     """Windows per range: `range_tokens` worth, a whole number (≥ 1) of forward batches."""
     batches = max(1, ray_config.range_tokens // (config.context_size * config.batch_size))
@@ -391,7 +395,9 @@ def index_sae_ray(
     sae_id, progress, run_config = start_indexing(
         store, model, sae, hook, corpus, cfg, model_name, mask_policy, sae_path, sae_metrics
     )
-    config_hash = config_hash8(run_config)
+    # The rows' identity: settings that only shape the statistics step (logit lens, neighbours, the co-occurrence
+    # budget) would otherwise rename every staging and bucket file when changed.
+    config_hash = config_hash8({k: v for k, v in run_config.items() if k not in STATS_ONLY_SETTINGS})
     target_windows = n_tokens // cfg.context_size
     size = range_windows(cfg, rcfg)
     pending = plan_ranges(target_windows, size, progress.next_window, store.index_ranges(sae_id))
