@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import inspect
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from typing import Any
 
 import pytest
@@ -76,16 +76,21 @@ def _option_infos() -> set[int]:
     return out
 
 
-def _shared_uses() -> list[Any]:
-    """One pytest param per (command, shared option it takes); the known gaps are strict xfails."""
+def _uses(params: Collection[str], gaps: Mapping[tuple[str, str], str]) -> list[Any]:
+    """One pytest param per (command, parameter in `params` it takes); the pairs in `gaps` are strict xfails."""
     uses = []
     for name, fn in sorted(_commands().items()):
         for param in inspect.signature(fn).parameters:
-            if param in SHARED:
-                gap = KNOWN_GAPS.get((name, param))
+            if param in params:
+                gap = gaps.get((name, param))
                 marks = [pytest.mark.xfail(strict=True, reason=gap)] if gap else []
                 uses.append(pytest.param(name, param, marks=marks, id=f"{name}:{param}"))
     return uses
+
+
+def _shared_uses() -> list[Any]:
+    """One pytest param per (command, shared option it takes); the known gaps are strict xfails."""
+    return _uses(SHARED, KNOWN_GAPS)
 
 
 def test_the_scan_sees_every_command_and_the_issue_17_options() -> None:
@@ -143,14 +148,7 @@ KNOWN_DEFAULT_GAPS = {("polysemanticity-sweep", "explainer"): "sweep's --explain
 
 def _default_uses() -> list[Any]:
     """One pytest param per (command, explain/score option it takes)."""
-    uses = []
-    for name, fn in sorted(_commands().items()):
-        for param in inspect.signature(fn).parameters:
-            if param in EXPLAIN_SCORE_DEFAULTS:
-                gap = KNOWN_DEFAULT_GAPS.get((name, param))
-                marks = [pytest.mark.xfail(strict=True, reason=gap)] if gap else []
-                uses.append(pytest.param(name, param, marks=marks, id=f"{name}:{param}"))
-    return uses
+    return _uses(EXPLAIN_SCORE_DEFAULTS, KNOWN_DEFAULT_GAPS)
 
 
 @pytest.mark.parametrize(("name", "param"), _default_uses())
