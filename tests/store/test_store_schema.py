@@ -61,12 +61,23 @@ EXPECTED_SCHEMA = {
     ],
     "window_partitions": ["corpus", "root", "n_rows", "part", "created_at"],
     "index_buckets": ["sae_id", "part", "fb", "n_rows", "path", "committed_at"],
+    "match_runs": [
+        "match_key", "sae_a", "sae_b", "method", "similarity", "threshold", "params", "n_rows", "created_at",
+    ],
+    "feature_matches": [
+        "match_key", "sae_a", "sae_b", "method", "similarity", "threshold", "feature_a", "feature_b", "sim",
+    ],
+    "match_agreement": ["match_key", "feature_a", "feature_b", "act_corr", "top_jaccard", "n_windows"],
+    "explanation_stability": [
+        "match_key", "feature_a", "feature_b", "explanation_a", "explanation_b", "explainer", "embedding_model",
+        "text_similarity", "transfer_explanation",
+    ],
 }  # fmt: skip
 
 
 def test_blank_database_migrates_to_full_schema(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "s.duckdb")
-    assert store.schema_version() == LATEST_VERSION == 9
+    assert store.schema_version() == LATEST_VERSION == 10
     assert sorted(store.table_names()) == sorted(EXPECTED_SCHEMA)
     for table, columns in EXPECTED_SCHEMA.items():
         assert [c for c, _ in store.table_columns(table)] == columns, table
@@ -102,6 +113,7 @@ def test_blank_database_migrates_to_full_schema(tmp_path: Path) -> None:
         ),
         (8, "window_partitions (corpora whose windows live as window-chunked Parquet under a root)"),
         (9, "index_buckets (ledger of the feature buckets a distributed index reduce placed)"),
+        (10, "SAE families: match_runs, feature_matches, match_agreement, explanation_stability"),
     ]
     con.close()
 

@@ -265,6 +265,38 @@ MIGRATIONS: tuple[Migration, ...] = (
         )
         """,
     ),
+    Migration(
+        10,
+        "SAE families: match_runs, feature_matches, match_agreement, explanation_stability",
+        # store/families.py. A run (match_key: hash of both SAE ids, method, similarity and settings) and its pairs
+        # are written in one transaction; every pair row repeats the method, similarity, threshold and both SAE ids
+        # so an exported feature_matches.parquet stands alone. Agreement is written per chunk of A features (the
+        # resume unit); stability per (run, explanation pair, embedding model). Recomputable, so no backfill.
+        """
+        CREATE TABLE match_runs (
+            match_key TEXT PRIMARY KEY, sae_a TEXT NOT NULL, sae_b TEXT NOT NULL, method TEXT NOT NULL,
+            similarity TEXT NOT NULL, threshold DOUBLE NOT NULL, params JSON NOT NULL, n_rows BIGINT NOT NULL,
+            created_at TIMESTAMP NOT NULL DEFAULT current_timestamp
+        );
+        CREATE TABLE feature_matches (
+            match_key TEXT NOT NULL, sae_a TEXT NOT NULL, sae_b TEXT NOT NULL, method TEXT NOT NULL,
+            similarity TEXT NOT NULL, threshold DOUBLE NOT NULL, feature_a INTEGER NOT NULL,
+            feature_b INTEGER NOT NULL, sim REAL NOT NULL,
+            PRIMARY KEY (match_key, feature_a, feature_b)
+        );
+        CREATE TABLE match_agreement (
+            match_key TEXT NOT NULL, feature_a INTEGER NOT NULL, feature_b INTEGER NOT NULL,
+            act_corr REAL, top_jaccard REAL, n_windows BIGINT NOT NULL,
+            PRIMARY KEY (match_key, feature_a, feature_b)
+        );
+        CREATE TABLE explanation_stability (
+            match_key TEXT NOT NULL, feature_a INTEGER NOT NULL, feature_b INTEGER NOT NULL,
+            explanation_a BIGINT NOT NULL, explanation_b BIGINT NOT NULL, explainer TEXT NOT NULL,
+            embedding_model TEXT NOT NULL, text_similarity REAL NOT NULL, transfer_explanation BIGINT,
+            PRIMARY KEY (match_key, explanation_a, explanation_b, embedding_model)
+        )
+        """,
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -4,6 +4,7 @@ saes.py (saes) · windows.py (windows) · indexing.py (index_runs, activations_s
 activations.py (per-feature reads, example draws) · stats.py (feature_stats, feature_neighbours) ·
 explanations.py · scores.py (scores, evals) · samples.py · llm_cache.py · embeddings.py (window_vectors) ·
 attributions.py (attributions, feature_effects) · interactions.py (interactions) ·
+families.py (match_runs, feature_matches, match_agreement, explanation_stability: SAE families) ·
 partitioned.py (Parquet data plane, activation_partitions) ·
 graduate.py (single file -> Parquet) · ranges.py (index_ranges, the Ray index ledger) ·
 query.py (the caller's own read-only SQL) · parquet.py (export / import) · base.py (sessions, transactions, the session cache)
@@ -19,6 +20,7 @@ from sae_workbench.store.base import Session, StoreBase
 from sae_workbench.store.embeddings import Embeddings
 from sae_workbench.store.errors import IndexConfigError, SchemaVersionError
 from sae_workbench.store.explanations import Explanations
+from sae_workbench.store.families import Families
 from sae_workbench.store.graduate import Graduation
 from sae_workbench.store.interactions import Interactions
 from sae_workbench.store.llm_cache import LLMCache
@@ -46,6 +48,7 @@ class Store(
     Parquet,
     Attributions,
     Interactions,
+    Families,
     Query,
     Graduation,
     IndexRanges,

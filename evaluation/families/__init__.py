@@ -1,0 +1,1 @@
+"""SAE families (issue 36): matching features across SAEs of one hook, functional agreement, splitting, stability."""

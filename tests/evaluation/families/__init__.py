@@ -1,0 +1,1 @@
+"""Tests of SAE families (issue 36)."""
