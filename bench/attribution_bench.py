@@ -57,7 +57,7 @@ N_RANDOM_HEADS = 10
 
 def _train_sae(model: Any, folder: Path) -> None:
     """Cache 6 shards of layer-3 residuals from the default corpus and train a small TopK SAE into `folder`."""
-    from sae_workbench.activations import cache_activations
+    from sae_workbench.activation_cache.caching import cache_activations
     from sae_workbench.corpus import resolve_corpus
     from sae_workbench.sae.data import cache_source
     from sae_workbench.sae.train import TrainConfig, train_sae

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from sae_workbench.activations import cache_activations
+from sae_workbench.activation_cache.caching import cache_activations
 from sae_workbench.corpus import default_bos_id, iter_windows, resolve_corpus
 from sae_workbench.models import DEFAULT_HOOK, DEFAULT_MODEL, load_model, stop_layer
 

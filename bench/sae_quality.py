@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from sae_workbench.activations import ActivationCache
+from sae_workbench.activation_cache.reader import ActivationCache
 from sae_workbench.sae.data import Chunk, ChunkSource, cache_source
 from sae_workbench.sae.io import load_sae
 from sae_workbench.sae.metrics import evaluate_on_activations

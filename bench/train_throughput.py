@@ -86,7 +86,7 @@ def main() -> None:
     if args.device == "cpu":
         torch.set_num_threads(2)  # the reference machine's cores
 
-    from sae_workbench.activations import cache_activations
+    from sae_workbench.activation_cache.caching import cache_activations
     from sae_workbench.corpus import resolve_corpus
     from sae_workbench.models import load_model
     from sae_workbench.sae.data import cache_source, streaming_source

@@ -106,7 +106,7 @@ def streaming_source(
 def cache_source(folder: Path, hook: str) -> ChunkSource:
     """A source over an activation cache folder written by `workbench cache`: chunk i is shard i with its masked
     positions (BOS, specials, outliers) dropped. NaN/inf are left for the batcher to report by shard."""
-    from sae_workbench.activations import ActivationCache
+    from sae_workbench.activation_cache.reader import ActivationCache
     from sae_workbench.errors import CacheMismatchError
 
     cache = ActivationCache(folder)
@@ -243,7 +243,7 @@ def first_held_out_window(
     or, streaming, after the windows those tokens fill plus 5% for masked special tokens plus one shuffle block
     (the batcher stops within a block of its budget). Held-out metrics start there."""
     if cache is not None:
-        from sae_workbench.activations import ActivationCache
+        from sae_workbench.activation_cache.reader import ActivationCache
 
         return ActivationCache(cache).manifest.n_windows
     filled = n_tokens / (context_size - 1) * (1 + MASKED_TOKEN_MARGIN)

@@ -149,7 +149,7 @@ def _loads_as_spelled(name: str) -> bool:
 def model_fingerprint(model: Any) -> str:
     """The weights fingerprint an SAE's cfg records (`metadata.model_fingerprint`): 16 hex chars of SHA-256 over
     the first FINGERPRINT_ROWS embedding rows at bfloat16 precision (so float32 and bfloat16 loads of the same
-    weights agree; float16 loads do not). The activation cache keys models by `activations.cache_model_fingerprint`,
+    weights agree; float16 loads do not). The activation cache keys models by `activation_cache.caching.cache_model_fingerprint`,
     which also tells dtypes apart."""
     import torch
 

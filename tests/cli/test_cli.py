@@ -10,10 +10,10 @@ import pytest
 from typer.testing import CliRunner
 
 from sae_workbench import cli
-from sae_workbench.activations import ActivationCache
+from sae_workbench.activation_cache.reader import ActivationCache
 from sae_workbench.cli.cache import default_cache_dir
 from sae_workbench.errors import CacheMismatchError, HookNotFoundError
-from tests.core.test_activations import write_corpus
+from tests.core.test_activation_cache import write_corpus
 
 WORKBENCH = Path(sys.executable).parent / "workbench"
 runner = CliRunner()

@@ -19,7 +19,7 @@ EV_FLOOR = 0.6
 
 @pytest.mark.slow  # caches 57k tokens of SmolLM2 and trains a 2304-feature SAE (a few minutes on 2 loaded cores)
 def test_default_topk_settings_reach_honest_ev_floor(smollm2, tmp_path: Path):
-    from sae_workbench.activations import cache_activations
+    from sae_workbench.activation_cache.caching import cache_activations
     from sae_workbench.corpus import resolve_corpus
 
     cache_activations(

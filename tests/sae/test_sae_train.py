@@ -357,7 +357,7 @@ def test_streaming_source_excludes_masked_positions(tiny_model, tiny_corpus: Pat
 
 
 def test_train_from_cache_and_streaming(tiny_model, tiny_corpus: Path, tmp_path: Path):
-    from sae_workbench.activations import cache_activations
+    from sae_workbench.activation_cache.caching import cache_activations
     from sae_workbench.corpus import resolve_corpus
 
     corpus = resolve_corpus(str(tiny_corpus))

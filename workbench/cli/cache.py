@@ -52,7 +52,7 @@ def cache(
     progress: options.Progress = True,
 ) -> None:
     """Cache activations of a model at one or more hooks over a corpus into resumable safetensors shards."""
-    from sae_workbench.activations import cache_activations
+    from sae_workbench.activation_cache.caching import cache_activations
     from sae_workbench.corpus import MaskPolicy, resolve_corpus
     from sae_workbench.models import load_model
 

@@ -10,16 +10,17 @@ from pathlib import Path
 import pytest
 import torch
 
-from sae_workbench import activations
-from sae_workbench.activations import (
-    ActivationCache,
+from sae_workbench.activation_cache import writer
+from sae_workbench.activation_cache.caching import CacheRunStats, cache_activations, outlier_mask
+from sae_workbench.activation_cache.disk import check_disk_space
+from sae_workbench.activation_cache.errors import (
     CacheBusyError,
     CacheNotFoundError,
     CacheWriteError,
     NonFiniteActivationError,
-    cache_activations,
-    outlier_mask,
 )
+from sae_workbench.activation_cache.lock import folder_lock
+from sae_workbench.activation_cache.reader import ActivationCache
 from sae_workbench.corpus import MaskPolicy, iter_windows, resolve_corpus
 from sae_workbench.errors import CacheCorruptError, CacheMismatchError, WorkbenchError
 from sae_workbench.models import load_model
@@ -46,7 +47,7 @@ def corpus(tmp_path_factory: pytest.TempPathFactory):
     return resolve_corpus(str(write_corpus(tmp_path_factory.mktemp("corpus") / "text.txt")))
 
 
-def run(model, corpus, out: Path, n_tokens: int = 40 * CTX, **kw) -> activations.CacheRunStats:
+def run(model, corpus, out: Path, n_tokens: int = 40 * CTX, **kw) -> CacheRunStats:
     hooks = kw.pop("hooks", HOOKS)
     args = dict(context_size=CTX, batch_size=BATCH, dtype="float32", shard_tokens=SHARD, progress=False)
     args.update(kw)
@@ -179,7 +180,7 @@ def test_checksum_corruption_and_truncation_are_detected(tiny_model, corpus, tmp
 
 def test_disk_full_mid_shard_is_clean_and_resumable(tiny_model, corpus, tmp_path, monkeypatch):
     folder = tmp_path / "c"
-    real_write = activations._write_file
+    real_write = writer._write_file
     calls = {"n": 0}
 
     def write_then_fill_disk(path: Path, data: bytes) -> None:
@@ -189,7 +190,7 @@ def test_disk_full_mid_shard_is_clean_and_resumable(tiny_model, corpus, tmp_path
             raise OSError(errno.ENOSPC, "No space left on device")
         real_write(path, data)
 
-    monkeypatch.setattr(activations, "_write_file", write_then_fill_disk)
+    monkeypatch.setattr(writer, "_write_file", write_then_fill_disk)
     with pytest.raises(CacheWriteError, match=r"shard 2 .*No space left.*free disk space.*2 shard"):
         run(tiny_model, corpus, folder, n_tokens=40 * CTX)
     assert sorted(p.name for p in folder.iterdir() if "shard" in p.name) == [
@@ -197,7 +198,7 @@ def test_disk_full_mid_shard_is_clean_and_resumable(tiny_model, corpus, tmp_path
         "shard-00001.safetensors",
     ]
     ActivationCache(folder).verify()
-    monkeypatch.setattr(activations, "_write_file", real_write)
+    monkeypatch.setattr(writer, "_write_file", real_write)
     run(tiny_model, corpus, folder, n_tokens=40 * CTX)
     run(tiny_model, corpus, tmp_path / "ref", n_tokens=40 * CTX)
     assert shard_hashes(folder) == shard_hashes(tmp_path / "ref")
@@ -205,12 +206,12 @@ def test_disk_full_mid_shard_is_clean_and_resumable(tiny_model, corpus, tmp_path
 
 def test_not_enough_disk_space_fails_before_writing(tmp_path):
     with pytest.raises(CacheWriteError, match="GiB free"):
-        activations._check_disk_space(tmp_path, 10**15, 1000)
+        check_disk_space(tmp_path, 10**15, 1000)
 
 
 def test_busy_folder_raises(tiny_model, corpus, tmp_path):
     (tmp_path / "c").mkdir()
-    with activations._folder_lock(tmp_path / "c"), pytest.raises(CacheBusyError, match="another process"):
+    with folder_lock(tmp_path / "c"), pytest.raises(CacheBusyError, match="another process"):
         run(tiny_model, corpus, tmp_path / "c")
 
 

@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 import torch
 
-from sae_workbench.activations import ActivationCache, cache_activations
+from sae_workbench.activation_cache.caching import cache_activations
+from sae_workbench.activation_cache.reader import ActivationCache
 from sae_workbench.corpus import resolve_corpus
-from tests.core.test_activations import write_corpus
+from tests.core.test_activation_cache import write_corpus
 
 WORKBENCH = Path(sys.executable).parent / "workbench"
 

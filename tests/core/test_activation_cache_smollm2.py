@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from sae_workbench.activations import ActivationCache, cache_activations
+from sae_workbench.activation_cache.caching import cache_activations
+from sae_workbench.activation_cache.reader import ActivationCache
 from sae_workbench.corpus import resolve_corpus
 from sae_workbench.models import DEFAULT_HOOK
 
