@@ -75,6 +75,10 @@ class UnsupportedSAEVersionError(SAELoadError):
     """An SAE config comes from a format version this workbench cannot read."""
 
 
+class SAENonFiniteError(SAELoadError):
+    """An SAE's weights hold NaN or infinite values (every activation it computes would be NaN)."""
+
+
 class SAEIdError(WorkbenchError):
     """An SAE id was asked for without the model or hook the SAE reads (both are part of the id)."""
 
@@ -306,11 +310,34 @@ def load_registry_sae(release: str, sae_id: str, device: str = "cpu", mirror: Pa
         ) from exc
 
 
+def check_finite_weights(sae: SAE[Any], source: str | Path) -> None:
+    """Raise SAENonFiniteError naming every tensor of the SAE that holds a NaN or an infinity."""
+    bad = {
+        name: int((~torch.isfinite(tensor)).sum())
+        for name, tensor in sae.state_dict().items()
+        if tensor.is_floating_point() and not bool(torch.isfinite(tensor).all())
+    }
+    if bad:
+        where = ", ".join(f"{name} ({n:,} values)" for name, n in sorted(bad.items()))
+        raise SAENonFiniteError(
+            f"the SAE at {source} has non-finite weights in {where}; every activation it computes would be NaN. "
+            "Re-train it, or restore the weights file from a good copy."
+        )
+
+
 def load_sae(
     spec: str | Path, device: str = "cpu", hook: str | None = None, mirror: Path | None = None
 ) -> SAE[Any]:
     """Load an SAE from a SAELens folder, a sparsify folder, a Gemma Scope file/folder, or a registry id
-    "release/sae_id". `hook` names the hook for converted formats that do not record it."""
+    "release/sae_id". `hook` names the hook for converted formats that do not record it. Weights holding a NaN or
+    an infinity are refused (SAENonFiniteError)."""
+    sae = _load_any(spec, device, hook, mirror)
+    check_finite_weights(sae, spec)
+    return sae
+
+
+def _load_any(spec: str | Path, device: str, hook: str | None, mirror: Path | None) -> SAE[Any]:
+    """load_sae without the finiteness check."""
     path = Path(spec).expanduser()
     if path.is_file() and path.name in GEMMA_SCOPE_FILENAMES:
         return load_gemma_scope(path, device, hook)
@@ -445,6 +472,19 @@ def compute_sae_id(sae: SAE[Any], model_name: str, hook: str) -> str:
     return digest.hexdigest()[:SAE_ID_LENGTH]
 
 
+def weights_digest(path: Path) -> str:
+    """BLAKE2b (128-bit) of a weights file's bytes: the check that a recorded SAE id still describes the file.
+
+    Every byte is read (a change anywhere, same size or not, changes the digest) but nothing is decoded or converted,
+    so it costs a disk read at ~1 GB/s, a fraction of `compute_sae_id`.
+    """
+    digest = hashlib.blake2b(digest_size=16)
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
 def id_record(sae: SAE[Any], folder: Path, model_name: str, hook: str, sae_id: str) -> dict[str, Any]:
     """What `train_sae` records about the id of the SAE it saved in `folder` (see `recorded_sae_id`)."""
     return {
@@ -454,6 +494,7 @@ def id_record(sae: SAE[Any], folder: Path, model_name: str, hook: str, sae_id: s
         "d_in": int(sae.cfg.d_in),
         "d_sae": int(sae.cfg.d_sae),
         "weights_bytes": (Path(folder) / WEIGHTS_FILENAME).stat().st_size,
+        "weights_blake2b": weights_digest(Path(folder) / WEIGHTS_FILENAME),
     }
 
 
@@ -461,8 +502,10 @@ def recorded_sae_id(folder: Path | str, sae: SAE[Any], model_name: str, hook: st
     """The id training recorded in `folder`/train_result.json, or None when there is none for this SAE.
 
     The record counts only when it was made for the same model and hook, the SAE has the recorded d_in/d_sae and the
-    weights file still has the recorded size: a cheap check (no rehash) that catches a folder whose SAE was replaced.
-    `train_sae` removes the record before it overwrites the weights, so a killed run leaves none behind.
+    weights file still has the recorded size and BLAKE2b digest (`weights_digest`: a read of the file, no tensor
+    hashing), so a folder whose weights were replaced or edited in place, even at the same size, is rehashed. A record
+    without a digest (written before it was recorded) is not trusted. `train_sae` removes the record before it
+    overwrites the weights, so a killed run leaves none behind.
     """
     path = Path(folder) / TRAIN_RESULT_FILENAME
     weights = Path(folder) / WEIGHTS_FILENAME
@@ -480,6 +523,9 @@ def recorded_sae_id(folder: Path | str, sae: SAE[Any], model_name: str, hook: st
         "weights_bytes": weights.stat().st_size,
     }
     if not isinstance(record, dict) or any(record.get(k) != v for k, v in expected.items()):
+        return None
+    if record.get("weights_blake2b") != weights_digest(weights):
+        log.info("%s no longer matches the weights it describes; rehashing the SAE", path)
         return None
     sae_id = record.get("sae_id")
     return sae_id if isinstance(sae_id, str) and len(sae_id) == SAE_ID_LENGTH else None

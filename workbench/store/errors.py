@@ -50,3 +50,12 @@ class DuplicateScoreError(StoreError):
 
 class QueryNotAllowedError(StoreError):
     """A query for `Store.query` / `workbench sql` that is not one read-only statement, or that DuckDB rejects."""
+
+
+class NonFiniteActivationsError(StoreError):
+    """An activation batch holds NaN or infinite values: it is refused before anything of it is written."""
+
+
+class PartitionFileError(StoreError):
+    """A partitioned Parquet file the ledger records is missing, has another size or checksum, or a file the ledger
+    does not record lies among them: reading on would give a wrong answer, so nothing is read."""

@@ -9,8 +9,14 @@ from __future__ import annotations
 from typing import Any, NamedTuple
 
 import numpy as np
+import pyarrow.compute  # pyright: ignore[reportMissingTypeStubs]  (no stubs, see sql.py)
 
-from sae_workbench.store.errors import IndexConfigError, NotIndexedError, StoreError
+from sae_workbench.store.errors import (
+    IndexConfigError,
+    NonFiniteActivationsError,
+    NotIndexedError,
+    StoreError,
+)
 from sae_workbench.store.records import IndexProgress
 from sae_workbench.store.saes import SAEs
 from sae_workbench.store.sql import (
@@ -27,6 +33,8 @@ from sae_workbench.store.sql import (
 )
 from sae_workbench.store.windows import Windows
 
+pc: Any = pyarrow.compute
+"""pyarrow.compute (untyped)."""
 ACTIVATION_COLUMNS = ("feature", "window_id", "position", "value")
 """Columns of an activation batch (add_activations)."""
 COOC_SAMPLE_KEY = "cooc_sample"
@@ -271,4 +279,12 @@ def _activation_table(batch: Table | RecordBatch) -> Table:
     missing = [c for c in ACTIVATION_COLUMNS if c not in table.column_names]
     if missing:
         raise StoreError(f"activation batch lacks columns {missing}; expected {list(ACTIVATION_COLUMNS)}.")
-    return table.select(list(ACTIVATION_COLUMNS)).cast(_ACTIVATION_SCHEMA)
+    table = table.select(list(ACTIVATION_COLUMNS)).cast(_ACTIVATION_SCHEMA)
+    values = table.column("value")
+    n_bad = int(values.length() - pc.sum(pc.is_finite(values)).as_py()) if values.length() else 0
+    if n_bad:
+        raise NonFiniteActivationsError(
+            f"{n_bad:,} of {values.length():,} activation values are NaN or infinite; nothing was written. The SAE or "
+            "the model computes non-finite values on this input (check its weights with `load_sae`, or run in float32)."
+        )
+    return table

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import cast
 
 from sae_workbench.store.base import StoreBase
-from sae_workbench.store.errors import NotIndexedError, StoreError
-from sae_workbench.store.sql import dumps, first, loads
+from sae_workbench.store.errors import NonFiniteActivationsError, NotIndexedError, StoreError
+from sae_workbench.store.sql import count, dumps, first, loads
 
 
 @dataclass(frozen=True)
@@ -133,6 +133,17 @@ class IndexRanges(StoreBase):
                 raise StoreError(
                     f"staging file {path} does not match its worker's checksum; rerun the range."
                 )
+        with self._conn() as conn:
+            n_bad = count(
+                conn.execute(
+                    f"SELECT count(*) FROM read_parquet({_literal(staged.activations_file)}) WHERE NOT isfinite(value)"
+                )
+            )
+        if n_bad:
+            raise NonFiniteActivationsError(
+                f"range [{staged.start}, {staged.end}) of SAE {sae_id}: {n_bad:,} activation values are NaN or "
+                "infinite; nothing was committed. The SAE or the model computes non-finite values on this input."
+            )
         with self._write() as conn:
             run = first(conn.execute("SELECT next_window FROM index_runs WHERE sae_id = ?", [sae_id]))
             if run is None:
