@@ -51,7 +51,7 @@ EXPECTED_SCHEMA = {
         "created_at",
     ],
     "feature_effects": ["id", "sae_id", "feature", "kind", "window_ids", "result", "config_key", "created_at"],
-    "activation_partitions": ["sae_id", "root", "n_rows", "part", "created_at"],
+    "activation_partitions": ["sae_id", "root", "n_rows", "part", "created_at", "files"],
     "index_ranges": [
         "sae_id", "range_start", "range_end", "n_tokens", "n_rows", "files", "config_hash", "committed_at",
     ],
@@ -59,7 +59,7 @@ EXPECTED_SCHEMA = {
         "id", "sae_id", "feature", "text_hash", "player_type", "budget", "seed", "window_id", "position", "status",
         "result", "config_key", "created_at",
     ],
-    "window_partitions": ["corpus", "root", "n_rows", "part", "created_at"],
+    "window_partitions": ["corpus", "root", "n_rows", "part", "created_at", "files"],
     "index_buckets": ["sae_id", "part", "fb", "n_rows", "path", "committed_at"],
     "match_runs": [
         "match_key", "sae_a", "sae_b", "method", "similarity", "threshold", "params", "n_rows", "created_at",
@@ -72,12 +72,13 @@ EXPECTED_SCHEMA = {
         "match_key", "feature_a", "feature_b", "explanation_a", "explanation_b", "explainer", "embedding_model",
         "text_similarity", "transfer_explanation",
     ],
+    "index_steps": ["sae_id", "step", "config", "completed_at"],
 }  # fmt: skip
 
 
 def test_blank_database_migrates_to_full_schema(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "s.duckdb")
-    assert store.schema_version() == LATEST_VERSION == 10
+    assert store.schema_version() == LATEST_VERSION == 11
     assert sorted(store.table_names()) == sorted(EXPECTED_SCHEMA)
     for table, columns in EXPECTED_SCHEMA.items():
         assert [c for c, _ in store.table_columns(table)] == columns, table
@@ -114,6 +115,10 @@ def test_blank_database_migrates_to_full_schema(tmp_path: Path) -> None:
         (8, "window_partitions (corpora whose windows live as window-chunked Parquet under a root)"),
         (9, "index_buckets (ledger of the feature buckets a distributed index reduce placed)"),
         (10, "SAE families: match_runs, feature_matches, match_agreement, explanation_stability"),
+        (
+            11,
+            "integrity records: the files of each partitioned SAE / corpus, and index_steps (statistics, neighbours)",
+        ),
     ]
     con.close()
 

@@ -297,6 +297,29 @@ MIGRATIONS: tuple[Migration, ...] = (
         )
         """,
     ),
+    Migration(
+        11,
+        "integrity records: the files of each partitioned SAE / corpus, and index_steps (statistics, neighbours)",
+        # `files` (partitioned.py): {path relative to the SAE's / corpus's folder: [rows, bytes, blake2b]} of every
+        # Parquet file graduation (or a Ray reduce) placed; every read checks the folder against it. NULL for rows
+        # written before this version (reads then skip the check; `workbench verify` reports it, `workbench graduate
+        # --repair` records it). `index_steps`: one row per finished post-index step of an SAE (sae/indexing.py), so
+        # a kill during the statistics or the neighbours leaves them to be redone by the rerun. Backfilled from the
+        # rows those steps wrote (each step writes its table in one transaction, so rows mean it finished).
+        """
+        ALTER TABLE activation_partitions ADD COLUMN files JSON;
+        ALTER TABLE window_partitions ADD COLUMN files JSON;
+        CREATE TABLE index_steps (
+            sae_id TEXT NOT NULL, step TEXT NOT NULL, config JSON NOT NULL,
+            completed_at TIMESTAMP NOT NULL DEFAULT current_timestamp,
+            PRIMARY KEY (sae_id, step)
+        );
+        INSERT INTO index_steps (sae_id, step, config)
+            SELECT DISTINCT sae_id, 'statistics', '{}' FROM feature_stats;
+        INSERT INTO index_steps (sae_id, step, config)
+            SELECT DISTINCT sae_id, 'neighbours', '{}' FROM feature_neighbours
+        """,
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version
