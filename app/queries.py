@@ -1,4 +1,6 @@
-"""The app's read-only query layer: the only module pages import for data. Caching happens here and only here.
+"""The app's read-only query layer: the only module pages read the store through. Store results are cached here and
+only here (the Playground's model and SAE are cached per server in `live_model.py`; the hypothesis form's one write is
+`hypotheses.py`; the command lines shown for empty parts are `commands.py`).
 
 Every public function takes the store path first. Results are cached with `st.cache_data` keyed by the path AND the
 store's file version (size + mtime of the .duckdb and its .wal), so a page shows new rows as soon as a job commits
@@ -12,34 +14,26 @@ from __future__ import annotations
 import math
 from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any, NamedTuple
 
 import numpy as np
 import pandas as pd
 import streamlit as st
 
-from sae_workbench.app import playground
+from sae_workbench.app.commands import FILL_COMMANDS
 from sae_workbench.app.semantic import ExplanationIndex
-from sae_workbench.app.settings import CACHE_TTL_S, app_read_only, configured_store_path, served_on_network
+from sae_workbench.app.settings import CACHE_TTL_S, configured_store_path
 from sae_workbench.app.views import (
     ExampleView,
     ExplanationHit,
     FeatureDashboard,
     NegativeSample,
-    PlaygroundResult,
     SAESummary,
     ScoredExplanation,
     TokenFeatureHit,
 )
 from sae_workbench.errors import WorkbenchError
 from sae_workbench.examples.sampling import quantile_examples
-from sae_workbench.explainers.manual import (
-    HypothesisError,
-    StoredHypothesis,
-    parse_hypothesis,
-    parse_rule_lines,
-    store_hypothesis,
-)
 from sae_workbench.status import Status
 from sae_workbench.store import Store
 from sae_workbench.store.errors import (
@@ -52,51 +46,25 @@ from sae_workbench.store.errors import (
 )
 from sae_workbench.store.records import Example, SAERecord
 
-if TYPE_CHECKING:
-    from sae_workbench.evaluation.attribution.depass import TokenAttribution
-
 __all__ = [
-    "FILL_COMMANDS",
     "FeatureOutOfRangeError",
-    "HypothesisError",
     "NotIndexedError",
-    "PlaygroundError",
-    "ReadOnlyAppError",
     "StoreBusyError",
     "StoreCorruptError",
     "StoreError",
     "StoreNotFoundError",
     "UnknownSAEError",
-    "UnregisteredSAEError",
     "WorkbenchError",
 ]
-
-PlaygroundError = playground.PlaygroundError
-UnregisteredSAEError = playground.UnregisteredSAEError
 
 # How long a page waits for a writer's transaction before showing "store busy" (writers commit in short batches).
 BUSY_TIMEOUT_S = 8.0
 # A feature active on more than this fraction of tokens is counted as dense on the Overview (our display choice).
 DENSE_THRESHOLD = 0.1
-# Which command fills which part of the store (shown wherever that part is still empty).
-FILL_COMMANDS = {
-    "sae": "workbench train … (or register an existing SAE with `workbench index --sae PATH`)",
-    "index": "workbench index --store STORE --sae SAE_DIR",
-    "explain": "workbench explain --store STORE --explainer lexical",
-    "prism": "workbench explain --store STORE --explainer prism",
-    "tree": "workbench explain --store STORE --explainer tree",
-    "score": "workbench score --store STORE",
-    "absorption": "workbench absorption --store STORE",
-    "negatives": "workbench explain / workbench score (they store the negatives they draw)",
-}
 
 
 class FeatureOutOfRangeError(WorkbenchError):
     """A feature index outside [0, d_sae) of its SAE."""
-
-
-class ReadOnlyAppError(WorkbenchError):
-    """The app serves its store read-only, so the hypothesis form cannot store anything."""
 
 
 # ---------------------------------------------------------------------------------------------- store handle
@@ -324,35 +292,6 @@ def _mentions(payload: Any, feature: int) -> Iterable[dict[str, Any]]:
             yield from _mentions(v, feature)
 
 
-# ---------------------------------------------------------------------------------------------- hypotheses (the one write)
-
-
-def writable(path: str) -> bool:
-    """Whether the feature page's hypothesis form may write to the store (not `--read-only`, file writable)."""
-    return not app_read_only(Path(path))
-
-
-def submit_hypothesis(
-    path: str, sae_id: str, feature: int, text: str, rule_lines: str, author: str
-) -> StoredHypothesis:
-    """Store a hand-written explanation as explainer `manual` (source "app") in one short write session.
-
-    The app's only write: the store is opened writable for this call alone (other queries keep their read-only
-    handle), and the caches are dropped so the page shows the new explanation. ReadOnlyAppError on a read-only app,
-    HypothesisError on bad text/rules, StoreBusyError when a job holds the store longer than BUSY_TIMEOUT_S.
-    """
-    if not writable(path):
-        raise ReadOnlyAppError(
-            "This app serves its store read-only; store a hypothesis with `workbench hypothesis --store STORE "
-            "--sae ID --feature F --text ...` instead."
-        )
-    hypothesis = parse_hypothesis(text, parse_rule_lines(rule_lines))
-    store = Store.open(path, busy_timeout_s=BUSY_TIMEOUT_S)
-    stored = store_hypothesis(store, sae_id, feature, hypothesis, author=author.strip(), source="app")
-    clear_caches()
-    return stored
-
-
 # ---------------------------------------------------------------------------------------------- search
 
 
@@ -408,7 +347,7 @@ def feature_labels(path: str, sae_id: str, features: list[int]) -> dict[int, str
 
 def headline_metric(scorer: str, metrics: dict[str, Any]) -> tuple[str, float] | None:
     """The (name, value) a score is summarised by: its scorer's headline metric (None when absent or not a number)."""
-    from sae_workbench.evaluation.registry import (
+    from sae_workbench.evaluation.scorers.registry import (
         headline_metric as scorer_headline,  # the scorers load on first use
     )
 
@@ -491,40 +430,7 @@ def verdict_flips(table: pd.DataFrame, threshold: float) -> pd.DataFrame:
     return out.sort_values("drop", ascending=False).reset_index(drop=True)
 
 
-# ---------------------------------------------------------------------------------------------- playground
-
-
-def sae_location(record: SAERecord) -> str | None:
-    """Where the SAE's files are, as the store recorded them (None if it does not say)."""
-    return playground.sae_location(record)
-
-
-@st.cache_resource(show_spinner="Loading model and SAE (once per server)…", max_entries=2)
-def _pair(model_name: str, sae_spec: str, hook: str) -> tuple[Any, Any]:
-    return playground.load_pair(model_name, sae_spec, hook)
-
-
-def playground_restricted() -> bool:
-    """Whether the Playground may load only registered SAEs (the app binds more than loopback)."""
-    return served_on_network()
-
-
-def run_playground(record: SAERecord, sae_spec: str, text: str, bos_id: int | None) -> PlaygroundResult:
-    """Per-token feature activations of `text` under the SAE (model + SAE cached for the server's life); on a
-    network-served app only the SAE's registered files (UnregisteredSAEError otherwise)."""
-    playground.check_sae_allowed(record, sae_spec, playground_restricted())
-    model, sae = _pair(record.model, sae_spec, record.hook)
-    return playground.encode_text(model, sae, record.hook, text, bos_id)
-
-
-def run_playground_depass(
-    record: SAERecord, sae_spec: str, text: str, bos_id: int | None, feature: int, position: int
-) -> TokenAttribution:
-    """DePass token shares of `feature` at `position` of typed text (a `TokenAttribution`; model + SAE cached for the
-    server's life, the attribution computed on demand); on a network-served app only the registered SAE files."""
-    playground.check_sae_allowed(record, sae_spec, playground_restricted())
-    model, sae = _pair(record.model, sae_spec, record.hook)
-    return playground.depass_text(model, sae, record.hook, text, bos_id, int(feature), int(position))
+# ---------------------------------------------------------------------------------------------- playground (its stored BOS id)
 
 
 def index_bos_id(path: str, sae_id: str) -> int | None:
@@ -579,11 +485,6 @@ class FeatureAttributions(NamedTuple):
     """(head or MLP name, mean share over the stored examples, examples it appears in), largest share first."""
     effects: list[tuple[str, dict[str, Any]]]
     """(kind, result) of the stored ablations and steering, oldest first."""
-
-
-def attribute_command(sae_id: str, feature: int) -> str:
-    """The exact `workbench attribute` command that stores this feature's attributions and effects."""
-    return f"workbench attribute --store STORE --sae {sae_id} --sae-path SAE_DIR --features {int(feature)}"
 
 
 def feature_attributions(path: str, sae_id: str, feature: int) -> FeatureAttributions:
@@ -663,11 +564,6 @@ class InteractionView(NamedTuple):
     full_value: float
     empty_value: float
     wall_s: float
-
-
-def interactions_command(sae_id: str, feature: int) -> str:
-    """The exact `workbench interactions` command that stores this feature's ProxySPEX interactions."""
-    return f"workbench interactions --store STORE --sae {sae_id} --sae-path SAE_DIR --features {int(feature)}"
 
 
 def feature_interactions(path: str, sae_id: str, feature: int) -> list[InteractionView]:

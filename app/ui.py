@@ -7,7 +7,7 @@ from typing import TypeVar
 
 import streamlit as st
 
-from sae_workbench.app import queries, render
+from sae_workbench.app import commands, queries, render
 from sae_workbench.app.main import PAGES_DIR
 from sae_workbench.store.records import SAERecord
 
@@ -64,7 +64,7 @@ def pick_sae(path: str) -> SAERecord:
     if not saes:
         st.info(
             "**The store has no SAEs yet.** Train one and index it:\n\n"
-            f"`{queries.FILL_COMMANDS['sae']}`\n\n`{queries.FILL_COMMANDS['index']}`"
+            f"`{commands.FILL_COMMANDS['sae']}`\n\n`{commands.FILL_COMMANDS['index']}`"
         )
         st.stop()
     ids = [s.sae_id for s in saes]
@@ -80,7 +80,7 @@ def pick_sae(path: str) -> SAERecord:
 
 def fill_note(what: str, key: str) -> None:
     """A note that a section is empty and which command fills it."""
-    st.caption(f"No {what} in the store yet — fill with `{queries.FILL_COMMANDS[key]}`.")
+    st.caption(f"No {what} in the store yet — fill with `{commands.FILL_COMMANDS[key]}`.")
 
 
 def sidebar_footer() -> None:

@@ -2,7 +2,7 @@
 
 import streamlit as st
 
-from sae_workbench.app import queries, ui
+from sae_workbench.app import commands, queries, ui
 
 ui.page_setup()
 path = ui.require_store()
@@ -14,7 +14,7 @@ table = ui.guarded(queries.score_table, path, sae.sae_id)
 if table.empty:
     st.info(
         "**No scores for this SAE yet.** Explain features, then score the explanations:\n\n"
-        f"`{queries.FILL_COMMANDS['explain']}`\n\n`{queries.FILL_COMMANDS['score']}`"
+        f"`{commands.FILL_COMMANDS['explain']}`\n\n`{commands.FILL_COMMANDS['score']}`"
     )
     st.stop()
 

@@ -6,7 +6,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from sae_workbench.app import queries, render, ui
+from sae_workbench.app import commands, hypotheses, queries, render, ui
 from sae_workbench.app.labels import readable_columns
 from sae_workbench.status import Status
 
@@ -191,7 +191,7 @@ def show_hypothesis_form() -> None:
     stored_note = st.session_state.pop("hypothesis_stored", None)
     if stored_note:
         st.success(stored_note)
-    if not queries.writable(path):
+    if not hypotheses.writable(path):
         st.info(
             "This app serves its store read-only, so hypotheses cannot be stored here. Use "
             f'`workbench hypothesis --store STORE --sae {sae.sae_id} --feature {feature} --text "..."`.'
@@ -210,7 +210,7 @@ def show_hypothesis_form() -> None:
     if not submitted:
         return
     try:
-        stored = queries.submit_hypothesis(path, sae.sae_id, feature, text, rules, author)
+        stored = hypotheses.submit_hypothesis(path, sae.sae_id, feature, text, rules, author)
     except queries.WorkbenchError as err:
         st.error(f"{type(err).__name__}: {err}")
         return
@@ -252,7 +252,7 @@ with tab_expl:
                 hide_index=True,
             )
         else:
-            st.caption(f"Not scored yet — `{queries.FILL_COMMANDS['score']}`.")
+            st.caption(f"Not scored yet — `{commands.FILL_COMMANDS['score']}`.")
         if e.rules:
             with st.expander("Structured rules"):
                 st.json(e.rules, expanded=True)
@@ -362,7 +362,7 @@ def show_why_it_fires() -> None:
     if not why.tokens and not why.components and not why.effects:
         st.caption(
             "No DePass attributions stored for this feature — fill with "
-            f"`{queries.attribute_command(sae.sae_id, feature)}`."
+            f"`{commands.attribute_command(sae.sae_id, feature)}`."
         )
         return
     if why.tokens:
@@ -424,7 +424,7 @@ def show_interactions() -> None:
     if not stored:
         st.caption(
             "No ProxySPEX interactions stored for this feature — fill with "
-            f"`{queries.interactions_command(sae.sae_id, feature)}` (needs `pip install '.[interactions]'`)."
+            f"`{commands.interactions_command(sae.sae_id, feature)}` (needs `pip install '.[interactions]'`)."
         )
         return
     st.markdown(

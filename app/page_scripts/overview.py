@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from sae_workbench.app import queries, ui
+from sae_workbench.app import commands, queries, ui
 from sae_workbench.app.labels import readable_columns
 
 ui.page_setup()
@@ -16,8 +16,8 @@ saes = ui.guarded(queries.list_saes, path)
 if not saes:
     st.info(
         "**The store has no SAEs yet.** Train an SAE and index it over a corpus, then reload:\n\n"
-        f"1. `{queries.FILL_COMMANDS['sae']}`\n2. `{queries.FILL_COMMANDS['index']}`\n"
-        f"3. `{queries.FILL_COMMANDS['explain']}` (explanations) and `{queries.FILL_COMMANDS['score']}` (scores)"
+        f"1. `{commands.FILL_COMMANDS['sae']}`\n2. `{commands.FILL_COMMANDS['index']}`\n"
+        f"3. `{commands.FILL_COMMANDS['explain']}` (explanations) and `{commands.FILL_COMMANDS['score']}` (scores)"
     )
     st.stop()
 

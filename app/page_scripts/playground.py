@@ -4,7 +4,7 @@ import numpy as np
 import pandas as pd
 import streamlit as st
 
-from sae_workbench.app import queries, render, ui
+from sae_workbench.app import live_model, queries, render, ui
 
 ui.page_setup()
 path = ui.require_store()
@@ -12,8 +12,8 @@ sae = ui.pick_sae(path)
 ui.sidebar_footer()
 st.title("Playground")
 
-recorded = queries.sae_location(sae)
-restricted = queries.playground_restricted()
+recorded = live_model.sae_location(sae)
+restricted = live_model.playground_restricted()
 if restricted:
     st.caption(
         "Served on the network: the Playground loads only SAEs registered in the store, from the files the store "
@@ -47,7 +47,7 @@ if not st.button("Run", type="primary", key="playground_run") and "playground_re
     st.stop()
 
 result = ui.guarded(
-    queries.run_playground, sae, sae_spec, text, ui.guarded(queries.index_bos_id, path, sae.sae_id)
+    live_model.run_playground, sae, sae_spec, text, ui.guarded(queries.index_bos_id, path, sae.sae_id)
 )
 st.session_state["playground_result"] = True
 acts_TF = result.acts_TF
@@ -98,7 +98,7 @@ if st.toggle(
 ):
     peak = int(np.argmax(np.where(counted, values, -np.inf)))
     shares = ui.guarded(
-        queries.run_playground_depass,
+        live_model.run_playground_depass,
         sae,
         sae_spec,
         text,

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from sae_workbench.app import queries, render
+from sae_workbench.app import commands, live_model, queries, render
 from sae_workbench.models import tiny_tokenizer
 from sae_workbench.store import Store
 from tests.app.sample_store import (
@@ -54,7 +54,7 @@ def test_feature_page_without_attributions_gives_the_attribute_command(
     sample: SampleStore, monkeypatch
 ) -> None:
     at = run_page("feature", sample.path, monkeypatch, sae=sample.sae_id, feature=str(sample.plain_feature))
-    hint = queries.attribute_command(sample.sae_id, sample.plain_feature)
+    hint = commands.attribute_command(sample.sae_id, sample.plain_feature)
     assert hint.startswith(f"workbench attribute --store STORE --sae {sample.sae_id} ")
     assert f"--features {sample.plain_feature}" in hint
     assert any(hint in c.value for c in at.caption)
@@ -73,7 +73,7 @@ def test_playground_depass_shares_of_typed_text_add_up_at_the_peak(sample: Sampl
     chosen = int(selected)
     record = Store.open(sample.path, read_only=True).get_sae(sample.sae_id)
     # The SAE's own encoding of the same text (not DePass): the feature's peak position and activation there.
-    encoded = queries.run_playground(
+    encoded = live_model.run_playground(
         record, str(sample.sae_dir), text, queries.index_bos_id(str(sample.path), sample.sae_id)
     )
     values = encoded.acts_TF[:, chosen].copy()
@@ -89,11 +89,11 @@ def test_playground_depass_shares_of_typed_text_add_up_at_the_peak(sample: Sampl
     # The playground prepends the index's BOS (<|endoftext|> for SmolLM2's tokenizer, not its declared <|im_start|>);
     # DePass recognises it as the sink, so the paper's ignore-BOS rule applies to typed text too.
     bos_id = queries.index_bos_id(str(sample.path), sample.sae_id)
-    res = queries.run_playground_depass(record, str(sample.sae_dir), text, bos_id, chosen, peak)
+    res = live_model.run_playground_depass(record, str(sample.sae_dir), text, bos_id, chosen, peak)
     assert bos_id is not None and res.token_ids_N[0] == bos_id != tiny_tokenizer().bos_token_id
     assert res.bos_position == 0
-    with pytest.raises(queries.PlaygroundError):
-        queries.run_playground_depass(record, str(sample.sae_dir), text, None, sample.d_sae, peak)
+    with pytest.raises(live_model.PlaygroundError):
+        live_model.run_playground_depass(record, str(sample.sae_dir), text, None, sample.d_sae, peak)
 
 
 # The "Interactions" section (issue 22): the planted ProxySPEX rows (sample_store.py `_add_interactions`).
@@ -121,6 +121,6 @@ def test_feature_page_shows_planted_interactions_and_r2_table(sample: SampleStor
 
 def test_feature_page_without_interactions_gives_the_command(sample: SampleStore, monkeypatch) -> None:
     at = run_page("feature", sample.path, monkeypatch, sae=sample.sae_id, feature=str(sample.plain_feature))
-    hint = queries.interactions_command(sample.sae_id, sample.plain_feature)
+    hint = commands.interactions_command(sample.sae_id, sample.plain_feature)
     assert any(hint in c.value and "[interactions]" in c.value for c in at.caption)
     assert not [d for d in at.dataframe if "interaction" in d.value.columns]

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from streamlit.testing.v1 import AppTest
 
-from sae_workbench.app import queries
+from sae_workbench.app import hypotheses, live_model, queries
 from sae_workbench.store import Store
 from tests.app.sample_store import SampleStore
 
@@ -305,8 +305,8 @@ def test_read_only_app_offers_no_hypothesis_form(sample: SampleStore, monkeypatc
     )
     assert any("read-only" in i.value and "workbench hypothesis" in i.value for i in at.info)
     assert "Store hypothesis" not in [b.label for b in at.button]
-    with pytest.raises(queries.ReadOnlyAppError):
-        queries.submit_hypothesis(str(sample.path), sample.sae_id, 0, "x", "", "")
+    with pytest.raises(hypotheses.ReadOnlyAppError):
+        hypotheses.submit_hypothesis(str(sample.path), sample.sae_id, 0, "x", "", "")
 
 
 @pytest.mark.parametrize(
@@ -345,8 +345,8 @@ def test_network_served_playground_loads_only_registered_saes(
     assert field.disabled and field.value == str(sample.sae_dir)
     assert any("loads only SAEs registered in the store" in c.value for c in at.caption)
     for other in (str(tmp_path), "gpt2-small-res-jb/blocks.0.hook_resid_pre"):
-        with pytest.raises(queries.UnregisteredSAEError, match="registered in the store"):
-            queries.run_playground(record, other, "God said", None)
+        with pytest.raises(live_model.UnregisteredSAEError, match="registered in the store"):
+            live_model.run_playground(record, other, "God said", None)
     bind_address("127.0.0.1")
     at = run_page("playground", sample.path, monkeypatch, sae=sample.sae_id)
     assert not at.text_input(key="playground_sae_path").disabled

@@ -1,4 +1,6 @@
-"""Run a subject model + SAE on typed text for the Playground page (model and SAE are loaded once per process)."""
+"""Run the subject model + SAE on typed text for the Playground page: per-token feature activations and DePass shares
+of typed text. Model and SAE are loaded once per server (`st.cache_resource`); on a network-served app only the SAE
+files the store registered may be loaded."""
 
 from __future__ import annotations
 
@@ -7,8 +9,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
+import streamlit as st
 import torch
 
+from sae_workbench.app.settings import served_on_network
 from sae_workbench.app.views import PlaygroundResult
 from sae_workbench.errors import WorkbenchError
 from sae_workbench.store.records import SAERecord
@@ -108,3 +112,31 @@ def depass_text(
     if not 0 <= position < len(tokens_N):
         raise PlaygroundError(f"Position {position} is outside the text's {len(tokens_N)} tokens.")
     return depass_tokens(model, sae, hook, tokens_N, feature, position)
+
+
+@st.cache_resource(show_spinner="Loading model and SAE (once per server)…", max_entries=2)
+def _pair(model_name: str, sae_spec: str, hook: str) -> tuple[Any, Any]:
+    return load_pair(model_name, sae_spec, hook)
+
+
+def playground_restricted() -> bool:
+    """Whether the Playground may load only registered SAEs (the app binds more than loopback)."""
+    return served_on_network()
+
+
+def run_playground(record: SAERecord, sae_spec: str, text: str, bos_id: int | None) -> PlaygroundResult:
+    """Per-token feature activations of `text` under the SAE (model + SAE cached for the server's life); on a
+    network-served app only the SAE's registered files (UnregisteredSAEError otherwise)."""
+    check_sae_allowed(record, sae_spec, playground_restricted())
+    model, sae = _pair(record.model, sae_spec, record.hook)
+    return encode_text(model, sae, record.hook, text, bos_id)
+
+
+def run_playground_depass(
+    record: SAERecord, sae_spec: str, text: str, bos_id: int | None, feature: int, position: int
+) -> TokenAttribution:
+    """DePass token shares of `feature` at `position` of typed text (a `TokenAttribution`; model + SAE cached for the
+    server's life, the attribution computed on demand); on a network-served app only the registered SAE files."""
+    check_sae_allowed(record, sae_spec, playground_restricted())
+    model, sae = _pair(record.model, sae_spec, record.hook)
+    return depass_text(model, sae, record.hook, text, bos_id, int(feature), int(position))
