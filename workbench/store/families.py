@@ -232,7 +232,7 @@ class Families(Indexing):
         params = {"key": match_key, "lo": int(lo), "hi": int(hi), "sae_a": run.sae_a, "sae_b": run.sae_b,
                   "end": end, "corpus": pa_.corpus, "top": int(top_n)}  # fmt: skip
         with self._conn() as conn:
-            relation: Any = conn.execute(sql, params)
+            relation: Any = conn.sql(sql, params=params)
             return relation.to_arrow_table()
 
     def add_agreement(self, match_key: str, table: Table) -> int:
