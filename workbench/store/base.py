@@ -17,7 +17,7 @@ from typing import TypeVar, cast
 import duckdb
 
 from sae_workbench.store.connection import HUB, close_connection, open_connection
-from sae_workbench.store.errors import StoreReadOnlyError
+from sae_workbench.store.errors import PartitionFileError, StoreReadOnlyError
 from sae_workbench.store.migrations import schema_version_of
 
 T = TypeVar("T")
@@ -51,6 +51,22 @@ class _Held:
     cache: dict[tuple[object, ...], object] = field(default_factory=lambda: {})
     in_tx: bool = False
     """Whether a write transaction is open (nested writes join it)."""
+
+
+_LAYOUT_SEGMENTS = ("/activations/sae_id=", "/windows/corpus=")
+"""Path segments of the partitioned layout (partitioned.py): an error naming such a file is about its data plane."""
+
+
+def parquet_read_error(exc: duckdb.Error, store_path: Path) -> PartitionFileError | None:
+    """The typed error for DuckDB's failure to read a partitioned Parquet file (None for any other error)."""
+    message = str(exc)
+    if "parquet" not in message.lower() or not any(segment in message for segment in _LAYOUT_SEGMENTS):
+        return None
+    return PartitionFileError(
+        f"a partitioned Parquet file of {store_path} could not be read ({message.splitlines()[0]}). Restore it "
+        f"from a backup, or rebuild it: `workbench graduate --store {store_path} --repair` (`workbench verify "
+        f"--store {store_path}` lists every fault)."
+    )
 
 
 class StoreBase:
@@ -95,11 +111,18 @@ class StoreBase:
 
     @contextmanager
     def _conn(self) -> Generator[duckdb.DuckDBPyConnection, None, None]:
-        """The cursor of this thread's session (opening a session of its own when none is held)."""
+        """The cursor of this thread's session (opening a session of its own when none is held); DuckDB's error on
+        a damaged partitioned Parquet file becomes PartitionFileError (`parquet_read_error`)."""
         with self.session():
             held = self._held()
             assert held is not None
-            yield held.conn
+            try:
+                yield held.conn
+            except duckdb.Error as exc:
+                damaged = parquet_read_error(exc, self.path)
+                if damaged is None:
+                    raise
+                raise damaged from exc
 
     def _in_session(self) -> bool:
         """Whether this thread holds a session (then its cache applies)."""

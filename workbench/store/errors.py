@@ -56,6 +56,9 @@ class NonFiniteActivationsError(StoreError):
     """An activation batch holds NaN or infinite values: it is refused before anything of it is written."""
 
 
-class PartitionFileError(StoreError):
+class PartitionFileError(WorkbenchError):
     """A partitioned Parquet file the ledger records is missing, has another size or checksum, or a file the ledger
-    does not record lies among them: reading on would give a wrong answer, so nothing is read."""
+    does not record lies among them: reading on would give a wrong answer, so nothing is read.
+
+    Deliberately not a StoreError: callers that catch StoreError to skip an absent window or feature must not turn
+    a damaged store into an empty answer (the app showed "No activating windows" for a live feature)."""

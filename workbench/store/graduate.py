@@ -16,6 +16,10 @@ steps, each one safe to repeat:
      redoes what is missing.
   4. clean: the staging folder is removed (a crash here leaves only files nobody reads; a rerun removes them).
 
+Step 3 also records each placed file's rows, bytes and blake2b in the ledger row (`files`); every later read checks
+the folder against it (partitioned.py), and so does a rerun of `graduate` for a key already committed
+(`PartitionFileError` when a file is missing, resized or stray).
+
 `part` (8 hex digits) hashes the key, its index settings (SAEs) and its row count, so a rerun names the same files
 and overwrites rather than duplicates them; a store re-indexed in between gets new names and the old files are
 deleted in step 2. A corpus is graduated only when no SAE indexing it is unfinished (its windows would be refused).
@@ -154,6 +158,8 @@ class Graduation(Indexing):
             if done != root:
                 raise StoreError(f"the {kind} of {key!r} already live under {done}, not {root}.")
             self._clean_leftovers(kind, key, root)
+            # A graduated key's files are checked on every rerun: a lost or damaged file is reported, not passed over.
+            self.require_partition_files(kind, key)
             ledger, column = _LEDGERS[kind]
             with self._conn() as conn:
                 n = count(conn.execute(f"SELECT n_rows FROM {ledger} WHERE {column} = ?", [key]))
@@ -247,14 +253,15 @@ class Graduation(Indexing):
                 "nothing removed."
             )
         table, column = ("activations", "sae_id") if plan.kind == "activations" else ("windows", "corpus")
+        files = self.record_partition_files(plan.kind, plan.key, plan.root)  # read before the lock is taken
         with self._write() as conn:
             deleted = count(conn.execute(f"DELETE FROM {table} WHERE {column} = ?", [plan.key]))
             if deleted != plan.n_rows:
                 raise StoreError(f"{plan.kind} of {plan.key!r} changed during graduation; nothing removed.")
             if plan.kind == "activations":
-                self.record_partitioned(plan.key, plan.root, plan.n_rows, plan.part)
+                self.record_partitioned(plan.key, plan.root, plan.n_rows, plan.part, files)
             else:
-                self.record_windows_partitioned(plan.key, plan.root, plan.n_rows, plan.part)
+                self.record_windows_partitioned(plan.key, plan.root, plan.n_rows, plan.part, files)
 
     def _clean_leftovers(self, kind: Kind, key: str, root: str) -> None:
         """Step 4 for a key committed by an earlier run: remove its staging folders."""

@@ -159,6 +159,7 @@ class Indexing(SAEs, Windows):
                 return
             self.add_windows(corpus, **windows)
             self.add_activations(sae_id, activations)
+            self.clear_index_steps(sae_id)
             conn.execute(
                 "UPDATE index_runs SET next_window = ?, n_tokens = n_tokens + ?, finalized = false, "
                 "updated_at = current_timestamp WHERE sae_id = ?",
@@ -185,6 +186,25 @@ class Indexing(SAEs, Windows):
             moved = count(conn.execute("DELETE FROM activations_staging WHERE sae_id = ?", [sae_id]))
             conn.execute("UPDATE index_runs SET finalized = true WHERE sae_id = ?", [sae_id]).fetchall()
         return moved
+
+    def index_steps(self, sae_id: str) -> dict[str, dict[str, Any]]:
+        """The post-index steps of `sae_id` recorded as finished (`statistics`, `neighbours`) -> their config."""
+        with self._conn() as conn:
+            rows = conn.execute("SELECT step, config FROM index_steps WHERE sae_id = ?", [sae_id]).fetchall()
+        return {str(r[0]): dict(loads(r[1])) for r in rows}
+
+    def record_index_step(self, sae_id: str, step: str, config: dict[str, Any]) -> None:
+        """Record post-index step `step` of `sae_id` as finished (call in the transaction that writes its rows)."""
+        with self._write() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO index_steps (sae_id, step, config) VALUES (?, ?, ?)",
+                [sae_id, step, dumps(config)],
+            ).fetchall()
+
+    def clear_index_steps(self, sae_id: str) -> None:
+        """Forget that `sae_id`'s post-index steps finished (new activation rows make them stale)."""
+        with self._write() as conn:
+            conn.execute("DELETE FROM index_steps WHERE sae_id = ?", [sae_id]).fetchall()
 
     def activation_count(self, sae_id: str, staged: bool = False) -> int:
         """Number of stored activation rows of `sae_id` (query table, or staging when `staged`)."""

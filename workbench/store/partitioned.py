@@ -32,6 +32,15 @@ Object storage: a root `s3://bucket/prefix` is read and written through fsspec/s
 (AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_DEFAULT_REGION); the endpoint (moto, MinIO) from
 AWS_ENDPOINT_URL_S3 or AWS_ENDPOINT_URL (the CLI's --endpoint-url sets the latter).
 
+Integrity: the ledger row also records every file it committed (`files`: path relative to the SAE's or corpus's
+folder -> [rows, bytes, blake2b]). Before any query reads a partitioned SAE or corpus, its folder is listed once
+(once per session: a dashboard render, a job's lease) and compared with that record: a missing file, one of
+another size, or a file the ledger does not know (it would be counted twice) raises `PartitionFileError` naming the
+file and the fix (restore it, or `workbench graduate --repair`), instead of a silently smaller answer. A per-feature
+read also checks its bucket's file on every call (one stat on a local root). DuckDB's own errors on a damaged file
+(same size, bad bytes) become the same typed error (`StoreBase._conn`). `workbench verify` reads every byte
+(digests and footers) as well.
+
 Writers (graduate, and the Ray backend's reduce tasks) use `write_bucket`, which sorts and ranks one bucket's rows
 and COPYs them to a file; the caller writes to a staging path and moves the file into place (`move_file`).
 """
@@ -41,6 +50,7 @@ from __future__ import annotations
 import hashlib
 import os
 import threading
+from pathlib import Path
 from typing import Any
 from urllib.parse import quote
 
@@ -48,7 +58,8 @@ import duckdb
 import fsspec  # pyright: ignore[reportMissingTypeStubs]
 
 from sae_workbench.store.base import StoreBase
-from sae_workbench.store.sql import count, dumps, first
+from sae_workbench.store.errors import PartitionFileError, StoreError
+from sae_workbench.store.sql import count, dumps, first, loads
 
 BUCKET_SIZE = 256
 """Features per partition bucket (specs/scale.md 4.2: 131k features -> 512 buckets, each a few files' footers)."""
@@ -222,6 +233,20 @@ def write_bucket(conn: duckdb.DuckDBPyConnection, rows_sql: str, params: list[An
     )
 
 
+def write_bucket_from_files(files: list[str], features: tuple[int, int], path: str) -> int:
+    """`write_bucket` of the rows of features [lo, hi) read from Parquet files (columns feature, window_id, position,
+    value), on a DuckDB connection of its own (never the store file): the reduce task of `index --backend ray`."""
+    listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+    rows_sql = (
+        f"SELECT feature, window_id, position, value FROM read_parquet([{listed}]) WHERE feature >= ? AND feature < ?"
+    )
+    conn = duckdb.connect()
+    try:
+        return write_bucket(conn, rows_sql, [features[0], features[1]], path)
+    finally:
+        conn.close()
+
+
 def write_window_chunk(conn: duckdb.DuckDBPyConnection, rows_sql: str, params: list[Any], path: str) -> int:
     """COPY one chunk of windows (`rows_sql` yields the `windows` table's columns but corpus) to `path`, sorted by
     window id; return the rows (write to a staging path, then `move_file` it into place)."""
@@ -264,6 +289,39 @@ def move_file(src: str, dst: str) -> None:
     fs.mv(fs_path(src), fs_path(dst))
 
 
+FileRecord = list[int | str]
+"""[rows, bytes, blake2b hex] of one placed Parquet file (a ledger's `files` value)."""
+
+
+def file_digest(path: str) -> str:
+    """BLAKE2b (128-bit) of a local or s3:// file's bytes."""
+    digest = hashlib.blake2b(digest_size=16)
+    with filesystem(path).open(fs_path(path), "rb") as handle:
+        for block in iter(lambda: handle.read(1 << 22), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def listed_files(folder: str) -> dict[str, int]:
+    """Path relative to `folder` -> size in bytes of every file under it (one recursive listing; {} if absent)."""
+    fs = filesystem(folder)
+    base = fs_path(folder).rstrip("/")
+    if not fs.exists(base):
+        return {}
+    found: dict[str, Any] = fs.find(base, detail=True)
+    return {
+        str(p)[len(base) + 1 :]: int(info["size"]) for p, info in found.items() if info.get("type") == "file"
+    }
+
+
+def repair_hint(path: Path | str, kind: str, key: str) -> str:
+    """What to do about a damaged partition file (the tail of every PartitionFileError)."""
+    return (
+        f"Restore the file from a backup, or rebuild it: `workbench graduate --store {path} --repair` "
+        f"(for {kind} of {key!r}; `workbench verify --store {path}` lists every fault)."
+    )
+
+
 class Partitions(StoreBase):
     """The `activation_partitions` / `window_partitions` ledgers and the relations every activation and window
     query names."""
@@ -285,19 +343,120 @@ class Partitions(StoreBase):
         return {str(r[0]): str(r[1]) for r in rows}
 
     def _activations_sql(self, sae_id: str) -> str:
-        """The relation holding `sae_id`'s activation rows: the `activations` table or its Parquet view."""
+        """The relation holding `sae_id`'s activation rows: the `activations` table or its Parquet view (after
+        checking its files against the ledger, once per session: PartitionFileError when one is damaged)."""
         root = self.activations_root(sae_id)
         if root is None:
             return "activations"
+        self.require_partition_files("activations", sae_id)
         with self._conn() as conn:
             ensure_registered(conn, root)
         return activations_relation(root, sae_id)
 
     def _bucket_filter(self, sae_id: str, feature: int) -> str:
-        """` AND fb = <bucket>` for a partitioned SAE (DuckDB then opens only that bucket's file), else ''."""
-        if self.activations_root(sae_id) is None:
+        """` AND fb = <bucket>` for a partitioned SAE (DuckDB then opens only that bucket's file), else ''; the
+        bucket's file is checked on every call (one stat: a file lost inside a long session is still noticed)."""
+        root = self.activations_root(sae_id)
+        if root is None:
             return ""
-        return f" AND fb = {bucket_of(feature)}"
+        fb = bucket_of(feature)
+        recorded = self.partition_file_record("activations", sae_id)
+        if recorded is not None and not is_remote(root):
+            prefix = f"fb={fb:05d}/"
+            for rel, (_, size, _) in recorded.items():
+                if rel.startswith(prefix):
+                    path = join(sae_dir(root, sae_id), rel)
+                    actual = os.path.getsize(path) if os.path.exists(path) else None
+                    if actual != size:
+                        raise PartitionFileError(
+                            f"{path} (activations of SAE {sae_id}, bucket {fb}) is "
+                            f"{'missing' if actual is None else f'{actual} bytes, the ledger recorded {size}'}. "
+                            + repair_hint(self.path, "the activations", sae_id)
+                        )
+        return f" AND fb = {fb}"
+
+    def partition_file_record(self, kind: str, key: str) -> dict[str, FileRecord] | None:
+        """The files the ledger recorded for an SAE's activations (`kind` "activations") or a corpus's windows
+        ("windows"): relative path -> [rows, bytes, blake2b]; None when not partitioned or recorded before the
+        record existed (schema 11)."""
+        return self._cached(("partition_files", kind, key), lambda: self._read_file_record(kind, key))
+
+    def _read_file_record(self, kind: str, key: str) -> dict[str, FileRecord] | None:
+        """partition_file_record without the session cache."""
+        table, column = (
+            ("activation_partitions", "sae_id") if kind == "activations" else ("window_partitions", "corpus")
+        )
+        with self._conn() as conn:
+            row = first(conn.execute(f"SELECT files FROM {table} WHERE {column} = ?", [key]))
+        if row is None or row[0] is None:
+            return None
+        return {str(k): list(v) for k, v in dict(loads(row[0])).items()}
+
+    def partition_folder(self, kind: str, key: str) -> str | None:
+        """The folder holding every file of `key`'s partitioned activations / windows (None: not partitioned)."""
+        root = self.activations_root(key) if kind == "activations" else self.windows_root(key)
+        if root is None:
+            return None
+        return sae_dir(root, key) if kind == "activations" else corpus_dir(root, key)
+
+    def partition_faults(self, kind: str, key: str, deep: bool = False) -> list[str]:
+        """What is wrong with `key`'s partitioned files against the ledger's record: missing files, other sizes,
+        files the ledger does not know, and with `deep` other digests or footer row counts (every byte read).
+        Empty when all is well (or nothing is recorded to compare with)."""
+        folder = self.partition_folder(kind, key)
+        recorded = self.partition_file_record(kind, key)
+        if folder is None or recorded is None:
+            return []
+        found = {rel: size for rel, size in listed_files(folder).items() if rel.endswith(".parquet")}
+        faults: list[str] = []
+        for rel, (rows, size, digest) in sorted(recorded.items()):
+            path = join(folder, rel)
+            if rel not in found:
+                faults.append(f"{path} is missing (the ledger recorded {rows} rows, {size} bytes)")
+            elif found[rel] != size:
+                faults.append(
+                    f"{path} is {found[rel]} bytes, the ledger recorded {size} (truncated or replaced)"
+                )
+            elif deep and file_digest(path) != digest:
+                faults.append(f"{path} has other contents than were recorded (blake2b differs)")
+            elif deep:
+                try:
+                    with self._conn() as conn:
+                        n = parquet_rows(conn, path)
+                except duckdb.Error as exc:
+                    faults.append(f"{path} is not a readable Parquet file ({exc})")
+                    continue
+                if n != rows:
+                    faults.append(f"{path} holds {n} rows, the ledger recorded {rows}")
+        for rel in sorted(set(found) - set(recorded)):
+            faults.append(f"{join(folder, rel)} is not in the ledger (a stray file would be read as well)")
+        return faults
+
+    def require_partition_files(self, kind: str, key: str) -> None:
+        """PartitionFileError unless `key`'s partitioned files match the ledger (checked once per session)."""
+        faults = self._cached(("partition_faults", kind, key), lambda: self.partition_faults(kind, key))
+        if faults:
+            what = (
+                f"the activations of SAE {key}" if kind == "activations" else f"the windows of corpus {key!r}"
+            )
+            more = f" (and {len(faults) - 3} more)" if len(faults) > 3 else ""
+            raise PartitionFileError(
+                f"{what} cannot be read: {'; '.join(faults[:3])}{more}. " + repair_hint(self.path, kind, key)
+            )
+
+    def record_partition_files(self, kind: str, key: str, root: str) -> dict[str, FileRecord]:
+        """Rows, bytes and blake2b of every Parquet file under `key`'s folder at `root` (what a ledger row's `files`
+        records; reads every byte, so call it before the committing transaction)."""
+        folder = sae_dir(root, key) if kind == "activations" else corpus_dir(root, key)
+        files: dict[str, FileRecord] = {}
+        for rel, size in sorted(listed_files(folder).items()):
+            if not rel.endswith(".parquet"):
+                continue
+            path = join(folder, rel)
+            with self._conn() as conn:
+                rows = parquet_rows(conn, path)
+            files[rel] = [rows, size, file_digest(path)]
+        return files
 
     def windows_root(self, corpus: str) -> str | None:
         """The Parquet root holding `corpus`'s windows, or None when they are in the store file."""
@@ -316,10 +475,12 @@ class Partitions(StoreBase):
         return {str(r[0]): str(r[1]) for r in rows}
 
     def _windows_sql(self, corpus: str) -> str:
-        """The relation holding `corpus`'s windows: the `windows` table or its Parquet view."""
+        """The relation holding `corpus`'s windows: the `windows` table or its Parquet view (files checked against
+        the ledger once per session)."""
         root = self.windows_root(corpus)
         if root is None:
             return "windows"
+        self.require_partition_files("windows", corpus)
         with self._conn() as conn:
             ensure_registered(conn, root)
         return windows_relation(root, corpus)
@@ -331,19 +492,48 @@ class Partitions(StoreBase):
         chunks = sorted({chunk_of(i) for i in window_ids})
         return f" AND chunk IN ({', '.join(str(c) for c in chunks) or 'NULL'})"
 
-    def record_windows_partitioned(self, corpus: str, root: str, n_rows: int, part: str) -> None:
-        """Commit `corpus`'s windows as living under `root` (call inside the transaction that removes its rows)."""
+    def record_windows_partitioned(
+        self, corpus: str, root: str, n_rows: int, part: str, files: dict[str, FileRecord] | None = None
+    ) -> None:
+        """Commit `corpus`'s windows as living under `root` (call inside the transaction that removes its rows);
+        `files` (default: read now with `record_partition_files`) is what later reads are checked against."""
+        root = normalise_root(root)
+        files = self.record_partition_files("windows", corpus, root) if files is None else files
+        _require_total(files, n_rows, f"windows of corpus {corpus!r}")
         with self._write() as conn:
             conn.execute(
-                "INSERT OR REPLACE INTO window_partitions (corpus, root, n_rows, part) VALUES (?, ?, ?, ?)",
-                [corpus, normalise_root(root), int(n_rows), part],
+                "INSERT OR REPLACE INTO window_partitions (corpus, root, n_rows, part, files) VALUES (?, ?, ?, ?, ?)",
+                [corpus, root, int(n_rows), part, dumps(files)],
             ).fetchall()
 
-    def record_partitioned(self, sae_id: str, root: str, n_rows: int, part: str) -> None:
+    def record_partitioned(
+        self, sae_id: str, root: str, n_rows: int, part: str, files: dict[str, FileRecord] | None = None
+    ) -> None:
         """Commit `sae_id`'s activations as living under `root` (the ledger row; call inside the transaction that
-        removes its rows from the file, after every bucket file is in place)."""
+        removes its rows from the file, after every bucket file is in place); `files` as for the windows."""
+        root = normalise_root(root)
+        files = self.record_partition_files("activations", sae_id, root) if files is None else files
+        _require_total(files, n_rows, f"activations of SAE {sae_id}")
         with self._write() as conn:
             conn.execute(
-                "INSERT OR REPLACE INTO activation_partitions (sae_id, root, n_rows, part) VALUES (?, ?, ?, ?)",
-                [sae_id, normalise_root(root), int(n_rows), part],
+                "INSERT OR REPLACE INTO activation_partitions (sae_id, root, n_rows, part, files) "
+                "VALUES (?, ?, ?, ?, ?)",
+                [sae_id, root, int(n_rows), part, dumps(files)],
             ).fetchall()
+
+    def update_partition_files(self, kind: str, key: str, files: dict[str, FileRecord]) -> None:
+        """Replace the ledger's file record of `key` (after `graduate --repair` rebuilt or recorded its files)."""
+        table, column = (
+            ("activation_partitions", "sae_id") if kind == "activations" else ("window_partitions", "corpus")
+        )
+        with self._write() as conn:
+            conn.execute(f"UPDATE {table} SET files = ? WHERE {column} = ?", [dumps(files), key]).fetchall()
+
+
+def _require_total(files: dict[str, FileRecord], n_rows: int, what: str) -> None:
+    """StoreError unless the recorded files hold `n_rows` rows together."""
+    total = sum(int(r[0]) for r in files.values())
+    if total != n_rows:
+        raise StoreError(
+            f"{what}: the placed files hold {total} rows, {n_rows} were expected; nothing recorded."
+        )

@@ -18,6 +18,7 @@ from typing import Any
 
 import duckdb
 
+from sae_workbench.store.base import parquet_read_error
 from sae_workbench.store.errors import QueryNotAllowedError
 from sae_workbench.store.partitioned import (
     WINDOW_FILE_COLUMNS,
@@ -89,6 +90,9 @@ class Query(Partitions):
             try:
                 return arrow(conn, statement, params)
             except duckdb.Error as exc:
+                damaged = parquet_read_error(exc, self.path)
+                if damaged is not None:
+                    raise damaged from exc
                 raise QueryNotAllowedError(f"the query failed: {exc}") from exc
             finally:
                 for table in views:
@@ -101,6 +105,11 @@ class Query(Partitions):
             saes, corpora = self.partitioned_saes(), self.partitioned_corpora()
             for root in [*saes.values(), *corpora.values()]:
                 ensure_registered(conn, root)
+        # Every partitioned SAE and corpus is checked against its ledger before the query plan reads them.
+        for sae_id in saes:
+            self.require_partition_files("activations", sae_id)
+        for corpus in corpora:
+            self.require_partition_files("windows", corpus)
         if saes:
             relations = [activations_relation(root, sae_id) for sae_id, root in saes.items()]
             views["activations"] = ("sae_id, feature, window_id, position, value", relations)

@@ -21,6 +21,7 @@ from typing import cast
 from sae_workbench.store.base import StoreBase
 from sae_workbench.store.errors import NonFiniteActivationsError, NotIndexedError, StoreError
 from sae_workbench.store.sql import count, dumps, first, loads
+from sae_workbench.store.windows import insert_staged_windows
 
 
 @dataclass(frozen=True)
@@ -156,17 +157,14 @@ class IndexRanges(StoreBase):
             )
             if staged.start < int(run[0]) or (overlap is not None and int(overlap[0]) > 0):
                 return False
-            conn.execute(
-                'INSERT OR IGNORE INTO windows SELECT corpus, window_id, tokens, text, token_strings, source, "offset", '
-                f"mask FROM read_parquet({_literal(staged.windows_file)}) WHERE corpus = ?",
-                [corpus],
-            ).fetchall()
+            insert_staged_windows(conn, f"read_parquet({_literal(staged.windows_file)})", corpus)
             if rows_in_table:
                 conn.execute(
                     "INSERT INTO activations_staging SELECT ?, feature, window_id, position, value "
                     f"FROM read_parquet({_literal(staged.activations_file)})",
                     [sae_id],
                 ).fetchall()
+            conn.execute("DELETE FROM index_steps WHERE sae_id = ?", [sae_id]).fetchall()  # statistics are stale
             conn.execute(
                 "INSERT INTO index_ranges (sae_id, range_start, range_end, n_tokens, n_rows, files, config_hash) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",

@@ -75,15 +75,19 @@ class Stats(Indexing):
         with self._write() as conn:
             conn.execute("DELETE FROM feature_stats WHERE sae_id = ?", [sae_id]).fetchall()
             insert_arrow(conn, "_stats", stats, "INSERT INTO feature_stats SELECT * FROM _stats", [])
+            # The completion record, in the same transaction: a kill before it leaves the step to be redone.
+            self.record_index_step(sae_id, "statistics", {"quantile_levels": levels, "n_bins": n_bins})
         return len(features)
 
-    def put_feature_neighbours(self, sae_id: str, table: Table) -> None:
-        """Replace logit-lens tokens, decoder-cosine and co-occurrence neighbours of `sae_id`.
+    def put_feature_neighbours(self, sae_id: str, table: Table, config: dict[str, Any] | None = None) -> None:
+        """Replace logit-lens tokens, decoder-cosine and co-occurrence neighbours of `sae_id`, and record the
+        `neighbours` step (with `config`) as finished in the same transaction.
 
         `table` has the feature_neighbours columns except sae_id: feature, logit_top_tokens, logit_top_values,
         logit_bottom_tokens, logit_bottom_values, decoder_neighbours, decoder_cosines, cooc_neighbours, cooc_jaccard.
         """
         with self._write() as conn:
+            self.record_index_step(sae_id, "neighbours", config or {})
             conn.execute("DELETE FROM feature_neighbours WHERE sae_id = ?", [sae_id]).fetchall()
             insert_arrow(
                 conn,

@@ -6,7 +6,7 @@ explanations.py · scores.py (scores, evals) · samples.py · llm_cache.py · em
 attributions.py (attributions, feature_effects) · interactions.py (interactions) ·
 families.py (match_runs, feature_matches, match_agreement, explanation_stability: SAE families) ·
 partitioned.py (Parquet data plane, activation_partitions) ·
-graduate.py (single file -> Parquet) · ranges.py (index_ranges, the Ray index ledger) ·
+graduate.py (single file -> Parquet) · verify.py (the whole-store check) · ranges.py (index_ranges, the Ray index ledger) ·
 query.py (the caller's own read-only SQL) · parquet.py (export / import) · base.py (sessions, transactions, the session cache)
 """
 
@@ -21,7 +21,6 @@ from sae_workbench.store.embeddings import Embeddings
 from sae_workbench.store.errors import IndexConfigError, SchemaVersionError
 from sae_workbench.store.explanations import Explanations
 from sae_workbench.store.families import Families
-from sae_workbench.store.graduate import Graduation
 from sae_workbench.store.interactions import Interactions
 from sae_workbench.store.llm_cache import LLMCache
 from sae_workbench.store.migrations import LATEST_VERSION, migrate, schema_version_of
@@ -32,6 +31,7 @@ from sae_workbench.store.samples import Samples
 from sae_workbench.store.scores import Scores
 from sae_workbench.store.stats import Stats
 from sae_workbench.store.tokens import Tokens
+from sae_workbench.store.verify import Verification
 
 __all__ = ["IndexConfigError", "Session", "Store", "StoreBase"]
 
@@ -50,7 +50,7 @@ class Store(
     Interactions,
     Families,
     Query,
-    Graduation,
+    Verification,
     IndexRanges,
 ):
     """A DuckDB feature store file. Open with `Store.open(path, read_only=False)`; see the package docstring."""
