@@ -110,6 +110,9 @@ def _register_stage_commands() -> None:
     from sae_workbench.cli.graduate import graduate
 
     app.command("graduate")(graduate)
+    from sae_workbench.cli.verify import verify
+
+    app.command("verify")(verify)
     from sae_workbench.cli.match import match
 
     app.command("match")(match)
