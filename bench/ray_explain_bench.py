@@ -29,7 +29,7 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 
 from bench.explain_bench import replicate
 from sae_workbench.explainers.job import ExplainConfig, ExplainJob
-from sae_workbench.explainers.ray_workers import RayExplainBackend
+from sae_workbench.explainers.ray_backend import RayExplainBackend
 from sae_workbench.llm.config import LLMConfig
 from sae_workbench.models import load_model
 from sae_workbench.raycluster import RayConfig, import_ray, init_ray

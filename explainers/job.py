@@ -106,7 +106,7 @@ class _Inputs:
 
 
 class RemoteExplainer(Protocol):
-    """Where live features are explained when not in this process (`explainers.ray_workers.RayExplainBackend`): the
+    """Where live features are explained when not in this process (`explainers.ray_backend.RayExplainBackend`): the
     job still reads each feature's inputs, builds and writes its record, and owns the LLM response cache."""
 
     async def start(self, job: ExplainJob, n_features: int) -> None:

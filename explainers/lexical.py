@@ -1,6 +1,6 @@
-"""The offline lexical explainer and simulator: rules from activation statistics, predictions by matching.
+"""The offline lexical explainer: rules from activation statistics (a baseline built from counting, not an LLM).
 
-This is a baseline built from counting, not an LLM, and it is named "lexical" everywhere it appears.
+It is named "lexical" everywhere it appears.
 
 Explainer: over a set of records (top examples plus background windows), every token and every (left context,
 token) pair is a candidate. Its precision is the fraction of its occurrences where the feature is active, its lift
@@ -8,23 +8,12 @@ is its mean activation over the mean activation of all tokens. Rules are chosen 
 cover (times precision) until `rule_cap` rules or the remaining mass is small; a token rule whose active
 occurrences mostly follow one left token, and that is much more precise there, is narrowed to that context.
 
-Rule text (quoted JSON strings; a token matches a quoted string when they are equal after stripping the token's
-surrounding whitespace — case-sensitive, because case matters in code: "None" is not "none"):
-    "York"               fires on the token "York" (or " York"), not on "york"
-    "York" after "New"   fires on "York" when the token right before it is "New"
-    "dog" or "cat"       alternatives
-    "\\n"                 fires on a newline token: whitespace-only tokens are matched as they are and shown escaped
-                         (JSON escapes, plus \\uXXXX for other whitespace: four spaces of indentation read
-                         "\\u0020\\u0020\\u0020\\u0020"), never as an empty ""
-Parenthesised parts are comments. Text without quotes is matched word by word (content words ≥ 3 letters),
-case-insensitively: free text names words, not exact tokens.
+Its rules are written in the lexical rule language (`examples.rule_language`); the matching simulator is
+`explainers.lexical_simulator`.
 """
 
 from __future__ import annotations
 
-import functools
-import json
-import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -36,13 +25,12 @@ from sae_workbench.examples.records import (
     MAX_LEVEL,
     Record,
     global_max_of,
-    key_code,
     key_word,
     known_key_code,
     n_key_codes,
-    norm,
 )
-from sae_workbench.examples.rules import DEFAULT_RULE_CAP, Rule, rules_to_text
+from sae_workbench.examples.rule_language import left_codes, parse_rule_text, quote_token
+from sae_workbench.examples.rules import DEFAULT_RULE_CAP, Rule
 from sae_workbench.examples.sampling import quantile_examples, random_negatives
 from sae_workbench.examples.testsets import SplitConfig, prepare_split
 from sae_workbench.explainers.base import (
@@ -56,22 +44,6 @@ from sae_workbench.store import Store
 
 # v2: rules keep case and whitespace-only tokens (v1 lower-cased every token and could not name whitespace).
 LEXICAL_VERSION = "lexical-v2"
-_QUOTED_RE = re.compile(r'"(?:[^"\\]|\\.)*"')
-_PAREN_RE = re.compile(r"\([^()]*\)")
-_WORD_RE = re.compile(r"[A-Za-z][A-Za-z'-]{2,}")
-_STOPWORDS = frozenset(
-    "the and for with that this from are was were token tokens word words fires activates activation on in of "
-    "after before when text any its it".split()
-)
-
-
-def quote_token(token: str) -> str:
-    """A token as rule text: a JSON string (case kept; newline and tab escaped) whose other invisible whitespace is
-    written as \\uXXXX (spaces too when the token is only whitespace: `"\\u0020\\u0020"`, which HTML cannot
-    collapse), so a whitespace-only token is always visible and reads back with `json.loads`."""
-    quoted = json.dumps(token, ensure_ascii=False)
-    only_space = token.isspace()
-    return "".join(f"\\u{ord(c):04x}" if c.isspace() and (only_space or c != " ") else c for c in quoted)
 
 
 @dataclass(frozen=True)
@@ -153,7 +125,7 @@ class LexicalStats:
         )
         self._acts = acts
         key = self._key = keys
-        prev = self._prev = _left_codes(keys, self._starts[:-1])  # 0 where a record has no left token
+        prev = self._prev = left_codes(keys, self._starts[:-1])  # 0 where a record has no left token
         active = acts > 0
         self._active = active
         self.total_mass = float(acts.sum())
@@ -339,140 +311,6 @@ def lexical_explain(
     return LexicalExplanation(rules, render_text(rules, stats), coverage)
 
 
-def _unquote(quoted: str) -> str:
-    """A quoted string's content: JSON-decoded (raw control characters allowed), else the text between the quotes
-    (free text from an LLM or several joined descriptions may quote loosely; never an error)."""
-    try:
-        value = json.loads(quoted, strict=False)
-    except ValueError:
-        return quoted[1:-1]
-    return value if isinstance(value, str) else quoted[1:-1]
-
-
-@dataclass(frozen=True)
-class ParsedRule:
-    """What a rule's text names: exact (quoted) target tokens, or case-insensitive content words, and contexts."""
-
-    targets: tuple[str, ...]
-    """Quoted target tokens (`norm` form, case kept), matched exactly."""
-    words: tuple[str, ...]
-    """Lower-cased content words of unquoted text (only when nothing is quoted), matched case-insensitively."""
-    contexts: tuple[str, ...]
-    """Quoted left-context tokens (`norm` form), matched exactly; empty: any context."""
-
-
-def parse_rule(text: str) -> ParsedRule:
-    """Split a rule's text into exact quoted targets (before ' after '), contexts (after it), or content words."""
-    body = _PAREN_RE.sub(" ", text)
-    head, sep, tail = body.partition(" after ")
-    targets = [norm(_unquote(q)) for q in _QUOTED_RE.findall(head)]
-    contexts = [norm(_unquote(q)) for q in _QUOTED_RE.findall(tail)] if sep else []
-    words = [] if targets else [w.lower() for w in _WORD_RE.findall(head) if w.lower() not in _STOPWORDS]
-    return ParsedRule(
-        tuple(t for t in targets if t), tuple(w for w in words if w), tuple(c for c in contexts if c)
-    )
-
-
-def parse_rule_text(text: str) -> tuple[list[str], list[str]]:
-    """(targets, contexts) named by a rule's text: quoted strings before/after ' after ', or content words."""
-    parsed = parse_rule(text)
-    return [*parsed.targets, *parsed.words], list(parsed.contexts)
-
-
-def match_rule_text(text: str, tokens: Sequence[str]) -> np.ndarray:
-    """(T,) bool: tokens the rule text matches (target token, right after a context token when one is named)."""
-    parsed = parse_rule(text)
-    keys = [norm(t) for t in tokens]
-    tset, wset, cset = set(parsed.targets), set(parsed.words), set(parsed.contexts)
-    out = np.zeros(len(keys), dtype=bool)
-    for i, k in enumerate(keys):
-        if k and (k in tset or k.lower() in wset) and (not cset or (i > 0 and keys[i - 1] in cset)):
-            out[i] = True
-    return out
-
-
-@functools.lru_cache(maxsize=4096)
-def _rule_codes(text: str) -> tuple[np.ndarray, np.ndarray, np.ndarray | None]:
-    """Key codes of a rule text's exact targets, case-folded words and contexts (None: no context named). Codes are
-    assigned here when new, so a record seen later with such a token gets the same code."""
-    parsed = parse_rule(text)
-
-    def codes(keys: Sequence[str]) -> np.ndarray:
-        return np.asarray([key_code(k) for k in keys if k], dtype=np.int64)
-
-    return codes(parsed.targets), codes(parsed.words), (codes(parsed.contexts) if parsed.contexts else None)
-
-
-def _isin(codes: np.ndarray, wanted: np.ndarray) -> np.ndarray:
-    """codes ∈ wanted; a few comparisons beat np.isin for the one to three tokens a rule usually names."""
-    if wanted.size > 8:
-        return np.isin(codes, wanted)
-    out = np.zeros(codes.shape, dtype=bool)
-    for w in wanted.tolist():
-        out |= codes == w
-    return out
-
-
-def _match_codes(text: str, codes: np.ndarray, folded: np.ndarray, left: np.ndarray) -> np.ndarray:
-    """Rule matches over token key codes (exact and case-folded), given each token's left neighbour's exact code (0
-    where there is none)."""
-    targets, words, contexts = _rule_codes(text)
-    hit = _isin(codes, targets)
-    if words.size:
-        hit |= _isin(folded, words)
-    if contexts is not None and hit.any():
-        hit &= _isin(left, contexts)
-    return hit
-
-
-def _left_codes(codes: np.ndarray, starts: np.ndarray) -> np.ndarray:
-    """Each token's left neighbour's code within its record (0 for the first token of a record)."""
-    left = np.zeros_like(codes)
-    left[1:] = codes[:-1]
-    left[starts[starts < codes.size]] = 0
-    return left
-
-
-def match_rule_record(text: str, record: Record) -> np.ndarray:
-    """`match_rule_text` on a record, over its cached token key codes (no per-token string work)."""
-    codes = record.key_codes
-    return _match_codes(text, codes, record.fold_codes, _left_codes(codes, np.zeros(1, dtype=np.int64)))
-
-
-class LexicalSimulator:
-    """Predicts 5 on tokens an explanation's quoted tokens (or content words) match and 0 elsewhere."""
-
-    name = "lexical"
-
-    async def simulate(self, explanation: str, records: Sequence[Record]) -> list[np.ndarray]:
-        """One (T,) prediction array (0 or 5) per record."""
-        return self.simulate_sync(explanation, records)
-
-    def simulate_sync(self, explanation: str, records: Sequence[Record]) -> list[np.ndarray]:
-        """Synchronous form of `simulate` (it does no I/O); all records are matched at once."""
-        if not records:
-            return []
-        clauses = [c for c in explanation.split(";") if c.strip()]
-        codes = np.concatenate([r.key_codes for r in records])
-        folded = np.concatenate([r.fold_codes for r in records])
-        bounds = np.cumsum([len(r) for r in records])
-        left = _left_codes(codes, np.concatenate(([0], bounds[:-1])))
-        hit = np.zeros(codes.shape, dtype=bool)
-        for clause in clauses:
-            hit |= _match_codes(clause, codes, folded, left)
-        return np.split(hit.astype(np.float64) * MAX_LEVEL, bounds[:-1])
-
-
-def simulate_rules_sync(rules: Sequence[Rule], records: Sequence[Record]) -> list[np.ndarray]:
-    """Lexical structured simulation without an event loop: max over rules of match × strength."""
-    sim = LexicalSimulator()
-    out = [np.zeros(len(r), dtype=np.float64) for r in records]
-    for rule in rules:
-        for i, p in enumerate(sim.simulate_sync(rule.activates_on, records)):
-            out[i] = np.maximum(out[i], p * (rule.strength / MAX_LEVEL))
-    return out
-
-
 @dataclass(frozen=True)
 class LexicalInputs:
     """What the lexical explainer reads for one feature."""
@@ -574,15 +412,7 @@ __all__ = [
     "LexicalConfig",
     "LexicalExplainer",
     "LexicalExplanation",
-    "LexicalSimulator",
     "LexicalStats",
-    "ParsedRule",
     "lexical_explain",
-    "match_rule_record",
-    "match_rule_text",
-    "parse_rule",
-    "parse_rule_text",
-    "quote_token",
-    "rules_to_text",
-    "simulate_rules_sync",
+    "select_candidates",
 ]

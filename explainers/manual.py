@@ -8,7 +8,7 @@ This is not an `Explainer` (explainers/base.py is for generated explanations): n
 explanation's example and negative ids are empty and the scorer's test windows (the feature's shared split) need no
 replacement. The config key hashes (SAE, feature, text, rules), so submitting the same hypothesis again returns the
 stored row instead of adding a copy; who submitted it, when, and from where (cli | app) are kept in `extra`.
-Rules use the lexical rule syntax (`explainers.lexical`: quoted tokens match exactly, case kept) and are validated
+Rules use the lexical rule syntax (`examples.rule_language`: quoted tokens match exactly, case kept) and are validated
 with `examples.rules.parse_rules`.
 """
 

@@ -15,7 +15,7 @@ from sae_workbench.examples.records import (
     nonzero_fraction,
 )
 from sae_workbench.examples.rules import Rule
-from sae_workbench.explainers.lexical import LexicalSimulator
+from sae_workbench.explainers.lexical_simulator import LexicalSimulator
 from sae_workbench.explainers.simulate import (
     pooled_correlation,
     simulate_rules,

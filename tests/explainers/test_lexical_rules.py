@@ -6,14 +6,9 @@ import numpy as np
 import pytest
 
 from sae_workbench.examples.records import Record
-from sae_workbench.explainers.lexical import (
-    LexicalConfig,
-    LexicalSimulator,
-    lexical_explain,
-    match_rule_text,
-    parse_rule_text,
-    quote_token,
-)
+from sae_workbench.examples.rule_language import match_rule_text, parse_rule_text, quote_token
+from sae_workbench.explainers.lexical import LexicalConfig, lexical_explain
+from sae_workbench.explainers.lexical_simulator import LexicalSimulator
 
 
 def rec(i: int, toks: list[str], acts: list[float]) -> Record:
@@ -61,7 +56,7 @@ def test_record_matching_by_key_codes_equals_matching_by_strings(seed):
     import numpy as np
 
     from sae_workbench.examples.records import Record
-    from sae_workbench.explainers.lexical import match_rule_record, match_rule_text
+    from sae_workbench.examples.rule_language import match_rule_record, match_rule_text
 
     rng = np.random.default_rng(seed)
     # Rules are matched before any record has some of their words (codes must still agree later).

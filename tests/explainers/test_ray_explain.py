@@ -1,4 +1,4 @@
-"""`explain --backend ray` (explainers/ray_workers.py): the same rows as the local backend, resume after a SIGKILLed
+"""`explain --backend ray` (explainers/ray_backend.py): the same rows as the local backend, resume after a SIGKILLed
 driver with LLM calls only for the rest, and one rate limit shared by every worker.
 
 Runs on the session's local Ray cluster (tests/conftest.py `ray_cluster`: 2 CPUs, loopback only) and the scripted
@@ -25,8 +25,9 @@ import duckdb
 import pytest
 
 from sae_workbench.explainers.job import ExplainConfig, ExplainJob
-from sae_workbench.explainers.ray_workers import RateLimiter, RayExplainBackend
+from sae_workbench.explainers.ray_backend import RayExplainBackend
 from sae_workbench.llm.config import LLMConfig
+from sae_workbench.ray_actors import RateLimiter
 from sae_workbench.store import Store
 from tests.explainers.test_explain_support import PLANTED_SAE, build_planted_store
 from tests.fake_llm import FakeLLM, Reply

@@ -13,7 +13,7 @@ import pytest
 from sae_workbench.examples.records import Record, discretise
 from sae_workbench.examples.testsets import SplitConfig, deal
 from sae_workbench.explainers.job import ExplainJob, config_key
-from sae_workbench.explainers.lexical import LexicalSimulator
+from sae_workbench.explainers.lexical_simulator import LexicalSimulator
 from sae_workbench.explainers.simulate import pooled_correlation, simulate_rules
 from sae_workbench.explainers.tree import (
     LexicalEditor,

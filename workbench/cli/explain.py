@@ -73,7 +73,7 @@ def explain(
     )  # fmt: skip
     remote = None
     if backend == "ray":
-        from sae_workbench.explainers.ray_workers import RayExplainBackend
+        from sae_workbench.explainers.ray_backend import RayExplainBackend
 
         remote = RayExplainBackend(ray_workers, qps=llm_qps, ray_config=RayConfig(address=ray_address))
     job = ExplainJob(st, sae, config, status.config, concurrency=concurrency, remote=remote)

@@ -22,7 +22,7 @@ def norm(token: str) -> str:
     """Matching form of a token: surrounding whitespace stripped, case kept; a whitespace-only token stays as it is.
 
     Case is kept because it matters in code (`None`, `True`, `self`): a quoted rule token matches exactly (see
-    `explainers.lexical`). Stripping merges the with- and without-space variants of a word (" York", "York"). A
+    `examples.rule_language`). Stripping merges the with- and without-space variants of a word (" York", "York"). A
     whitespace-only token ("\n", "    ") keeps its characters, so a feature firing on newlines or indentation can
     be named.
     """

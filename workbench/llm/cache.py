@@ -126,6 +126,23 @@ class _CacheStore(Protocol):
         ...
 
 
+def cached_response(model: str, raw: object) -> CachedResponse | None:
+    """The answer a store payload holds ({"text", "prompt_tokens", "completion_tokens"}, as `StoreCache.put`
+    writes it), or None for a payload of another shape."""
+    if not isinstance(raw, dict):
+        return None
+    payload = cast(dict[str, Any], raw)
+    text = payload.get("text")
+    if not isinstance(text, str):
+        return None
+    return CachedResponse(
+        model=str(model),
+        response_text=text,
+        prompt_tokens=int(payload.get("prompt_tokens", 0)),
+        completion_tokens=int(payload.get("completion_tokens", 0)),
+    )
+
+
 class StoreCache:
     """ResponseCache on the DuckDB store's llm_cache table (`Store.llm_cache_get` / `Store.llm_cache_put`).
 
@@ -154,21 +171,7 @@ class StoreCache:
         with self._lock:
             held = self._pending.get(key)
         entry = self.store.llm_cache_get(key) if held is None else _HeldEntry(held[1], held[2])
-        if entry is None:
-            return None
-        raw = entry.response
-        if not isinstance(raw, dict):
-            return None
-        payload = cast(dict[str, Any], raw)
-        text = payload.get("text")
-        if not isinstance(text, str):
-            return None
-        return CachedResponse(
-            model=str(entry.model),
-            response_text=text,
-            prompt_tokens=int(payload.get("prompt_tokens", 0)),
-            completion_tokens=int(payload.get("completion_tokens", 0)),
-        )
+        return None if entry is None else cached_response(entry.model, entry.response)
 
     def put(
         self, key: str, model: str, response_text: str, prompt_tokens: int, completion_tokens: int

@@ -84,7 +84,7 @@ Public API of `Store` (records are frozen dataclasses from `sae_workbench.store.
   scores(explanation_id=None, scorer=None, sae_id=None) -> list[ScoreRecord]
   add_eval(sae_id, eval_type_id, result: dict) -> int;  evals(sae_id=None, eval_type_id=None) -> list[EvalRecord]
   llm_cache_get(key) -> LLMCacheEntry | None;  llm_cache_put(key, model, response: dict, tokens: int) -> None
-  llm_cache_put_many([(key, model, response, tokens), ...]) -> None
+  llm_cache_put_many([(key, model, response, tokens), ...]) -> None;  llm_cache_entries(model) -> list[LLMCacheEntry]
 
   Your own SQL (read-only; works while a job holds the file: it waits its turn through the lease)
   query(sql, params=None) -> pa.Table   (one SELECT / WITH / DESCRIBE / SHOW / SUMMARIZE / EXPLAIN; else

@@ -23,6 +23,14 @@ class LLMCache(StoreBase):
             )
         return None if row is None else LLMCacheEntry(row[0], row[1], loads(row[2]), int(row[3]), row[4])
 
+    def llm_cache_entries(self, model: str) -> list[LLMCacheEntry]:
+        """Every cached response of `model` (a Ray run's snapshot for its workers, `llm.snapshot_cache`)."""
+        with self._conn() as conn:
+            rows = conn.execute(
+                "SELECT key, model, response, tokens, created_at FROM llm_cache WHERE model = ?", [model]
+            ).fetchall()
+        return [LLMCacheEntry(r[0], r[1], loads(r[2]), int(r[3]), r[4]) for r in rows]
+
     def llm_cache_put(self, key: str, model: str, response: dict[str, Any], tokens: int) -> None:
         """Cache a response (a second put of the same key keeps the first)."""
         self.llm_cache_put_many([(key, model, response, tokens)])
