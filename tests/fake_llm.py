@@ -119,14 +119,17 @@ class FakeLLM:
         default: Scripted | None = None,
         expected_key: str | None = None,
         n_mode: str = "honour",
+        n_ctx: int | None = None,
     ) -> None:
         """Configure answers; `expected_key` makes any other bearer token get HTTP 401. `n_mode` is what a request
         with n > 1 gets: "honour" (n choices, one scripted answer each), "ignore" (one choice, as some servers do)
-        or "refuse" (HTTP 400, as servers without `n` support do)."""
+        or "refuse" (HTTP 400, as servers without `n` support do). `n_ctx`: act like llama-server's metadata, i.e.
+        report this context length at GET /props and count tokens (words) at POST /tokenize; None = 404 there."""
         self.responder = responder
         self.default = default
         self.expected_key = expected_key
         self.n_mode = n_mode
+        self.n_ctx = n_ctx
         self._state = _State()
         self._server: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -181,6 +184,8 @@ class FakeLLM:
     # ---- lifecycle -----------------------------------------------------------------------------------------
     def start(self) -> FakeLLM:
         """Bind a free port and serve in a daemon thread."""
+        from sae_workbench.llm.endpoint import forget_endpoint
+
         server = _Server(("127.0.0.1", 0), _make_handler(self))
         server.daemon_threads = True
         server.block_on_close = False  # hung handlers must not block shutdown
@@ -189,6 +194,7 @@ class FakeLLM:
             target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
         self._thread.start()
+        forget_endpoint(self.base_url)  # a port reused from an earlier server: what clients learned there is stale
         return self
 
     def stop(self) -> None:
@@ -239,9 +245,19 @@ def _make_handler(fake: FakeLLM) -> type[BaseHTTPRequestHandler]:
             self.end_headers()
             self.wfile.write(data)
 
+        def do_GET(self) -> None:
+            if self.path.rstrip("/") == "/props" and fake.n_ctx is not None:
+                self._send_json(200, {"default_generation_settings": {"n_ctx": fake.n_ctx}})
+                return
+            self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
+
         def do_POST(self) -> None:
             length = int(self.headers.get("Content-Length", "0"))
             raw = self.rfile.read(length)
+            if self.path.rstrip("/") == "/tokenize" and fake.n_ctx is not None:
+                words = count_tokens(str(json.loads(raw or b"{}").get("content") or ""))
+                self._send_json(200, {"tokens": list(range(words))})
+                return
             if not self.path.rstrip("/").endswith("/chat/completions"):
                 self._send_json(404, {"error": {"message": f"no route {self.path}", "type": "not_found"}})
                 return

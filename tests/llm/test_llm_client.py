@@ -64,16 +64,31 @@ def test_success_sends_the_request_and_counts_tokens(fake_llm):  # noqa: F811
 
 
 def test_rerun_with_cache_costs_zero_calls(fake_llm):  # noqa: F811
-    fake_llm.push("not json", '{"ok": 1}')  # includes a re-ask, which must replay from the cache too
+    fake_llm.push(
+        "not json", '{"ok": 1}'
+    )  # a re-ask: only the answer that parsed is cached, under the request's key
     cfg, cache = build_cfg(fake_llm), MemoryCache()
     req = LLMRequest(chat("hello"), tag="f")
     first = run(_one(cfg, req, cache=cache))
-    assert fake_llm.calls == 2 and len(cache) == 2 and first.reasks == 1
+    assert fake_llm.calls == 2 and len(cache) == 1 and first.reasks == 1
+    (entry,) = cache._entries.values()
+    assert entry.response_text == '{"ok": 1}' and entry.prompt_tokens == first.usage.prompt_tokens
     ledger = UsageLedger()
     second = run(_one(cfg, req, cache=cache, ledger=ledger))
     assert fake_llm.calls == 2, "a cached rerun must not call the endpoint"
-    assert second.value == {"ok": 1} and second.cached and second.reasks == 1
-    assert ledger.total == Usage(cache_hits=2, reasks=1, seconds=ledger.total.seconds)
+    assert second.value == {"ok": 1} and second.cached and second.reasks == 0
+    assert ledger.total == Usage(cache_hits=1, seconds=ledger.total.seconds)
+
+
+def test_an_answer_that_never_parses_is_not_cached_and_a_rerun_asks_again(fake_llm):  # noqa: F811
+    fake_llm.default = "no json here"
+    cfg, cache = build_cfg(fake_llm, max_reasks=1), MemoryCache()
+    with pytest.raises(LLMMalformedOutputError):
+        run(_one(cfg, LLMRequest(chat("q")), cache=cache))
+    assert fake_llm.calls == 2 and len(cache) == 0
+    fake_llm.default = '{"ok": 2}'
+    out = run(_one(cfg, LLMRequest(chat("q")), cache=cache))
+    assert out.value == {"ok": 2} and not out.cached and fake_llm.calls == 3 and len(cache) == 1
 
 
 def test_cache_key_separates_model_params_and_samples():
@@ -173,14 +188,25 @@ def test_malformed_answer_is_reasked_with_the_parse_error(fake_llm):  # noqa: F8
 
     out = run(go())
     assert out.value == [1, 2, 3] and out.reasks == 2 and out.usage.calls == 3 and out.usage.reasks == 2
+    second = fake_llm.requests[1].body["messages"]
+    assert second == [
+        {"role": "user", "content": "digits please"},
+        {"role": "assistant", "content": "Sure! [1, 2"},
+        {
+            "role": "user",
+            "content": REASK_TEMPLATE.format(error="invalid JSON: Expecting value at line 1 column 1"),
+        },
+    ]
+    # The conversation does not grow: the last bad answer and its correction replace the ones before.
     third = fake_llm.requests[2].body["messages"]
-    assert third[0] == {"role": "user", "content": "digits please"}
-    assert third[1] == {"role": "assistant", "content": "Sure! [1, 2"}
-    assert third[2]["content"] == REASK_TEMPLATE.format(
-        error="invalid JSON: Expecting value at line 1 column 1"
-    )
-    assert third[3] == {"role": "assistant", "content": "[1, 2, 9]"}
-    assert third[4]["content"] == REASK_TEMPLATE.format(error="item 2 is 9, expected an integer in [0, 5]")
+    assert third == [
+        {"role": "user", "content": "digits please"},
+        {"role": "assistant", "content": "[1, 2, 9]"},
+        {
+            "role": "user",
+            "content": REASK_TEMPLATE.format(error="item 2 is 9, expected an integer in [0, 5]"),
+        },
+    ]
 
 
 def test_reask_prompt_golden():
@@ -203,7 +229,7 @@ def test_concurrency_bound_and_order(fake_llm):  # noqa: F811
     fake_llm.responder = lambda body: Reply(
         json.dumps(body["messages"][0]["content"]), delay_s=0.02 * (12 - int(body["messages"][0]["content"]))
     )
-    cfg = build_cfg(fake_llm, concurrency=3, timeout_s=2.0)
+    cfg = build_cfg(fake_llm, concurrency=3, initial_concurrency=3, timeout_s=2.0)
 
     async def go() -> list:
         async with LLMClient(cfg) as llm:
@@ -217,7 +243,7 @@ def test_concurrency_bound_and_order(fake_llm):  # noqa: F811
 def test_unbounded_concurrency_is_observable(fake_llm):  # noqa: F811
     # Guards the test above: with a high bound the server does see many requests at once.
     fake_llm.default = Reply('"x"', delay_s=0.2)
-    cfg = build_cfg(fake_llm, concurrency=12, timeout_s=2.0)
+    cfg = build_cfg(fake_llm, concurrency=12, initial_concurrency=12, timeout_s=2.0)
 
     async def go() -> None:
         async with LLMClient(cfg) as llm:
@@ -315,7 +341,8 @@ def test_api_key_never_reaches_store_logs_or_provenance(fake_llm, tmp_path, capl
     assert fake_llm.requests[0].headers["authorization"] == f"Bearer {secret}"
     # ... and appears nowhere we keep or print.
     assert caplog.records, "expected log records to search"
-    assert b"not json" in db.read_bytes(), "the answers must be in the store file searched below"
+    stored = b"".join(f.read_bytes() for f in tmp_path.rglob("*") if f.is_file())
+    assert b'\\"ok\\": 1' in stored, "the answer must be in the store files searched below"
     haystacks = {
         "store files": "".join(f.read_bytes().decode("latin-1") for f in tmp_path.rglob("*") if f.is_file()),
         "logs": "\n".join(r.getMessage() + repr(r.args) for r in caplog.records),

@@ -1,8 +1,17 @@
 """LLM endpoint configuration and the check callers make before choosing an LLM explainer or the lexical fallback.
 
 The API key is never part of a config: `LLMConfig.api_key_env` names the environment variable that holds it, and the
-client reads that variable when it connects. Environment variables understood by `endpoint_status`:
-WORKBENCH_LLM_MODEL, WORKBENCH_LLM_BASE_URL (or OPENAI_BASE_URL), and the key variable (default OPENAI_API_KEY).
+client reads that variable when it connects. Environment variables understood by `endpoint_status` (and, through the
+shared CLI options in `sae_workbench.cli.llm_options`, by every command that calls an LLM):
+
+    WORKBENCH_LLM_MODEL             model name at the endpoint
+    WORKBENCH_LLM_BASE_URL          endpoint root incl. /v1 (or OPENAI_BASE_URL); unset = the public OpenAI API
+    WORKBENCH_LLM_API_KEY_ENV       name of the variable holding the key (default OPENAI_API_KEY)
+    WORKBENCH_LLM_CONCURRENCY       most requests in flight
+    WORKBENCH_LLM_TIMEOUT           seconds per HTTP attempt
+    WORKBENCH_LLM_MAX_TOKENS        completion budget per call
+    WORKBENCH_LLM_CONTEXT           the model's context length in tokens (when the server does not report it)
+    WORKBENCH_LLM_STRUCTURED_OUTPUT auto, json_schema, json_object, format or none
 """
 
 from __future__ import annotations
@@ -13,6 +22,16 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from sae_workbench.errors import WorkbenchError
+
+# Env var -> (LLMConfig field, parser) read by endpoint_status when the caller did not set the field.
+ENV_FIELDS: dict[str, tuple[str, Any]] = {
+    "WORKBENCH_LLM_API_KEY_ENV": ("api_key_env", str),
+    "WORKBENCH_LLM_CONCURRENCY": ("concurrency", int),
+    "WORKBENCH_LLM_TIMEOUT": ("timeout_s", float),
+    "WORKBENCH_LLM_MAX_TOKENS": ("max_tokens", int),
+    "WORKBENCH_LLM_CONTEXT": ("context_length", int),
+    "WORKBENCH_LLM_STRUCTURED_OUTPUT": ("structured_output", str),
+}
 
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
 # Local servers (vLLM, Ollama, llama.cpp) accept any key; the openai client still insists on one.
@@ -38,11 +57,23 @@ class LLMConfig:
     max_tokens: int = 1024
     """Completion token limit per call (a request may override it)."""
     timeout_s: float = 60.0
-    """Per-HTTP-attempt timeout in seconds; a timed-out attempt is retried."""
+    """Per-HTTP-attempt timeout in seconds; a timed-out attempt is retried with twice the timeout (at most 4x)."""
     max_retries: int = 5
     """Retries after the first attempt on 429, 5xx, timeouts and connection errors (0 = try once)."""
     concurrency: int = 8
-    """Most requests in flight at once from one client."""
+    """Most requests in flight at once from one client: the ceiling of the adaptive window (AIMD: it grows on fast
+    answers, halves on timeouts, 429s and lost connections)."""
+    initial_concurrency: int | None = None
+    """Requests in flight at the start; None = 2 for an endpoint on this machine (one local server computes every
+    answer; more would only queue inside it and time out), else `concurrency`."""
+    down_after: int = 5
+    """Consecutive attempts that cannot connect after which the endpoint counts as down (LLMEndpointDownError)."""
+    context_length: int | None = None
+    """The model's context length in tokens (prompt + completion); None = ask the server (vLLM /v1/models,
+    llama-server /props) or learn it from its first overflow refusal."""
+    structured_output: str = "auto"
+    """How a request's JSON schema is sent: auto (detected per endpoint: json_schema, then json_object, then none),
+    json_schema (OpenAI/vLLM), json_object (llama-cpp-python), format (Ollama's native field) or none."""
     samples_per_request: bool = True
     """Several samples of one prompt come from one request (the API's `n`: the prompt is sent and billed once); an
     endpoint that refuses `n` gets one request per sample from then on, one that returns fewer choices gets the
@@ -74,6 +105,11 @@ class LLMConfig:
             "max_tokens": self.max_tokens >= 1,
             "backoff_base_s": self.backoff_base_s >= 0,
             "backoff_max_s": self.backoff_max_s >= self.backoff_base_s,
+            "initial_concurrency": self.initial_concurrency is None or self.initial_concurrency >= 1,
+            "down_after": self.down_after >= 1,
+            "context_length": self.context_length is None or self.context_length >= 1,
+            "structured_output": self.structured_output
+            in ("auto", "json_schema", "json_object", "format", "none"),
         }
         bad = [name for name, ok in checks.items() if not ok]
         if bad:
@@ -83,6 +119,15 @@ class LLMConfig:
     def uses_public_openai(self) -> bool:
         """True when requests go to api.openai.com (where a real key is required)."""
         return self.base_url is None or self.base_url.rstrip("/") == OPENAI_DEFAULT_BASE_URL
+
+    @property
+    def start_concurrency(self) -> int:
+        """Requests in flight at the start (see initial_concurrency)."""
+        from sae_workbench.llm.endpoint import is_local_url
+
+        if self.initial_concurrency is not None:
+            return min(self.initial_concurrency, self.concurrency)
+        return min(2, self.concurrency) if is_local_url(self.base_url) else self.concurrency
 
     def params(self) -> dict[str, Any]:
         """The non-secret settings to record as provenance of an LLM-made result."""
@@ -137,11 +182,20 @@ def endpoint_status(
     env: Mapping[str, str] | None = None,
     **overrides: Any,
 ) -> EndpointStatus:
-    """Resolve the endpoint from arguments, then WORKBENCH_LLM_MODEL / WORKBENCH_LLM_BASE_URL / OPENAI_BASE_URL.
+    """Resolve the endpoint from arguments, then WORKBENCH_LLM_MODEL / WORKBENCH_LLM_BASE_URL / OPENAI_BASE_URL and
+    the other WORKBENCH_LLM_* variables (ENV_FIELDS) for the settings not given in `overrides` (None = not given).
 
     Never raises for a missing endpoint: callers fall back to the lexical explainer and show `notice`.
     """
     environ = os.environ if env is None else env
+    overrides = {k: v for k, v in overrides.items() if v is not None}
+    for var, (name, parse) in ENV_FIELDS.items():
+        raw = environ.get(var, "").strip()
+        if name not in overrides and raw:
+            try:
+                overrides[name] = parse(raw)
+            except ValueError:
+                raise ValueError(f"${var}={raw!r} is not a valid {parse.__name__}") from None
     model = model or environ.get("WORKBENCH_LLM_MODEL") or None
     base_url = base_url or environ.get("WORKBENCH_LLM_BASE_URL") or environ.get("OPENAI_BASE_URL") or None
     fallback = "the offline lexical explainer (activation statistics, not an LLM) is used instead"
