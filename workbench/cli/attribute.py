@@ -17,7 +17,7 @@ from pathlib import Path
 
 import typer
 
-from sae_workbench.cli import options
+from sae_workbench.cli import loaders, options
 
 
 def attribute(
@@ -57,7 +57,7 @@ def attribute(
 
     db = Store.open(store)
     record = db.get_sae(sae)
-    model, loaded = options.load_indexed_sae(db, sae, sae_path)
+    model, loaded = loaders.load_indexed_sae(db, sae, sae_path)
     config = AttributeConfig(
         examples=examples,
         rule=rule,  # type: ignore[arg-type]  # checked by config.check()
@@ -66,7 +66,7 @@ def attribute(
         effects=effects,
         alphas=tuple(float(a) for a in alphas.split(",") if a.strip()),
     )
-    up = options.load_upstream(upstream_sae, upstream_hook, record.model)
+    up = loaders.load_upstream(upstream_sae, upstream_hook, record.model)
     upstream = None if up is None else Upstream(*up)
     wanted = options.parse_features(features, record.d_sae)
     summary = run_attribution(db, model, loaded, sae, wanted, config, progress=progress, upstream=upstream)

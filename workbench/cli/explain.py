@@ -14,6 +14,7 @@ import typer
 
 from sae_workbench import defaults
 from sae_workbench.cli import options
+from sae_workbench.cli.backends import check_llm_backend
 
 
 def explain(
@@ -41,12 +42,10 @@ def explain(
     """Explain features with the lexical (offline), one-shot, tree or PRISM explainer; rerun to resume."""
     from sae_workbench.explainers.job import ExplainConfig, ExplainJob
     from sae_workbench.llm.config import LLMNotConfiguredError, endpoint_status
-    from sae_workbench.raycluster import RayConfig, check_backend
+    from sae_workbench.raycluster import RayConfig
     from sae_workbench.store import Store
 
-    check_backend(backend)
-    if llm_qps is not None and backend != "ray":
-        raise typer.BadParameter("--llm-qps is the Ray workers' shared limit: pass it with --backend ray")
+    check_llm_backend(backend, llm_qps)
     status = endpoint_status(
         llm_model or None, llm_base_url or None, api_key_env=api_key_env, concurrency=max(1, concurrency)
     )

@@ -16,7 +16,7 @@ from pathlib import Path
 import typer
 
 from sae_workbench import defaults
-from sae_workbench.cli import options
+from sae_workbench.cli import loaders, options
 
 
 def index(
@@ -49,7 +49,7 @@ def index(
     from sae_workbench.raycluster import check_backend
 
     check_backend(backend)
-    step = options.step_lines(progress)
+    step = loaders.step_lines(progress)
     step(f"loading SAE {sae}")
     from sae_workbench.corpus import resolve_corpus
     from sae_workbench.model_identity import check_model_identity
@@ -66,7 +66,7 @@ def index(
     from sae_workbench.store import Store
 
     loaded_sae = load_sae(sae, device=device, hook=hook)
-    model = options.model_for_sae(loaded_sae, model, step)
+    model = loaders.model_for_sae(loaded_sae, model, step)
     step(f"loading model {model}")
     loaded_model = load_model(model, device=device)
     if hook is None:

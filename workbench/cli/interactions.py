@@ -18,7 +18,7 @@ from pathlib import Path
 import typer
 
 from sae_workbench import defaults
-from sae_workbench.cli import options
+from sae_workbench.cli import loaders, options
 
 QUICK_GRID = {"max_depth": [3], "max_iter": [1000], "learning_rate": [0.1]}
 """One configuration of the reference grid (shapiq_adapter.REFERENCE_GRID): 5 LightGBM fits instead of 40."""
@@ -58,12 +58,12 @@ def interactions(
     require()  # before loading anything: without the extra, say how to install it
     db = Store.open(store)
     record = db.get_sae(sae)
-    model, loaded = options.load_indexed_sae(db, sae, sae_path)
+    model, loaded = loaders.load_indexed_sae(db, sae, sae_path)
     config = InteractConfig(
         players=players, examples=examples, budget=budget, seed=seed, value=value, mask=mask, ablation=ablation,
         index=index, grid=dict(QUICK_GRID) if quick else None,
     )  # fmt: skip
-    upstream = options.load_upstream(upstream_sae, upstream_hook, record.model)
+    upstream = loaders.load_upstream(upstream_sae, upstream_hook, record.model)
     wanted = options.parse_features(features, record.d_sae)
     summary = run_interactions(db, model, loaded, sae, wanted, config, progress=progress, upstream=upstream)
     typer.echo(

@@ -6,7 +6,7 @@ signature and comes from `sae_workbench.defaults`, so a command can make the sam
 defaulted without declaring it again:
 
     from sae_workbench import defaults
-    from sae_workbench.cli import options
+    from sae_workbench.cli import loaders, options
 
     def command(
         store: options.Store,                                  # required: no default
@@ -22,29 +22,25 @@ defaulted without declaring it again:
         concurrency: options.Concurrency = defaults.LLM_CONCURRENCY,
         progress: options.Progress = True,
     ) -> None:
-        subject = options.load_subject(model, [hook], context_size, device)   # checked once, at the edge
+        subject = loaders.load_subject(model, [hook], context_size, device)   # checked once, at the edge
         wanted = options.parse_features(features, d_sae)
 
 A command whose library entry point checks the model itself (`cache_activations`, `index_sae`) loads it with
 `load_model` and leaves the check to it, so nothing is checked twice.
 
-Options only one command has stay in that command's module. This module imports typer and the defaults only, so
-`--help` stays fast.
+Options only one command has stay in that command's module; what commands load at their edge (model, SAEs) is in
+`loaders.py`. This module imports typer and the defaults only, so `--help` stays fast.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
 from sae_workbench.features import FeatureSpecError as FeatureSpecError  # re-exported
 from sae_workbench.features import parse_features as parse_features  # re-exported
-
-if TYPE_CHECKING:
-    from transformer_lens import HookedTransformer
 
 Store = Annotated[
     Path, typer.Option("--store", help="DuckDB feature store file (`workbench index` creates and fills it).")
@@ -226,67 +222,3 @@ RecordLen = Annotated[
         "--record-len", help="Tokens per record shown or simulated, around each peak (tree paper: 32)."
     ),
 ]
-
-
-def step_lines(progress: bool) -> Callable[[str], None]:
-    """A function that prints one step line on stderr ("▶ loading model ...") when `progress`: what a command does
-    next, for the steps that have no progress bar of their own."""
-
-    def step(text: str) -> None:
-        if progress:
-            typer.echo(f"▶ {text}", err=True)
-
-    return step
-
-
-def model_for_sae(sae: Any, model: str | None, step: Callable[[str], None]) -> str:
-    """--model when given, else the model the loaded SAE's cfg records (in a spelling the workbench loads), else
-    the default model; a step line says which."""
-    from sae_workbench.model_identity import resolve_model
-    from sae_workbench.sae.io import recorded_model
-
-    if model is not None:
-        return model
-    recorded = recorded_model(sae)
-    resolved = resolve_model(recorded, None)
-    step(f"model {resolved} (from the SAE's cfg)" if recorded else f"model {resolved} (the default)")
-    return resolved
-
-
-def load_subject(
-    model: str, hooks: list[str], context_size: int | None = None, device: str = "cpu", dtype: str = "float32"
-) -> HookedTransformer:
-    """Load the subject model and check the command's hooks and window size against it: once, at the command's edge."""
-    from sae_workbench.models import check_context_size, load_model, validate_hooks
-
-    loaded = load_model(model, device=device, dtype=dtype)
-    validate_hooks(loaded, hooks)
-    if context_size is not None:
-        check_context_size(loaded, context_size)
-    return loaded
-
-
-def load_indexed_sae(store: Any, sae_id: str, sae_path: Path) -> tuple[HookedTransformer, Any]:
-    """The model an indexed SAE reads and the SAE loaded from `sae_path`; raise SAEIdError unless it is that SAE."""
-    from sae_workbench.models import load_model
-    from sae_workbench.sae.io import SAEIdError, load_sae, sae_id_of
-
-    record = store.get_sae(sae_id)
-    model = load_model(record.model)
-    loaded = load_sae(str(sae_path))
-    if sae_id_of(loaded, record.model, record.hook, sae_path) != sae_id:
-        raise SAEIdError(
-            f"{sae_path} is not SAE {sae_id} (its weights hash differently); pass the indexed SAE."
-        )
-    return model, loaded
-
-
-def load_upstream(path: Path | None, hook: str | None, model_name: str) -> tuple[Any, str, str] | None:
-    """(SAE, its hook, its id) of an upstream SAE folder (hook from its cfg unless given), or None without one."""
-    from sae_workbench.sae.io import load_sae, resolve_hook, sae_id_of
-
-    if path is None:
-        return None
-    up = load_sae(str(path), hook=hook)
-    up_hook = resolve_hook(up, hook)
-    return up, up_hook, sae_id_of(up, model_name, up_hook, path)

@@ -23,7 +23,8 @@ from typing import Any
 import typer
 
 from sae_workbench import defaults
-from sae_workbench.cli import options
+from sae_workbench.cli import loaders, options
+from sae_workbench.cli.backends import check_llm_backend
 
 log = logging.getLogger(__name__)
 
@@ -74,19 +75,17 @@ def score(
     from sae_workbench.evaluation.registry import scorer_class
     from sae_workbench.evaluation.score_job import ScoreConfig, run_scoring, score_backends
     from sae_workbench.llm.config import LLMConfig
-    from sae_workbench.raycluster import RayConfig, check_backend
+    from sae_workbench.raycluster import RayConfig
     from sae_workbench.store import Store
 
-    check_backend(backend)
-    if llm_qps is not None and backend != "ray":
-        raise typer.BadParameter("--llm-qps is the Ray workers' shared limit: pass it with --backend ray")
+    check_llm_backend(backend, llm_qps)
     config = ScoreConfig(
         scorer=scorer, negatives=negatives, per_split=per_split, seed=seed, record_length=record_length
     )
     method = scorer_class(scorer)  # an unknown name fails here, before the store opens
     if backend == "ray" and method.local_only:
         raise ScoreConfigError(f"--scorer {scorer} {method.local_only}: use --backend local")
-    step = options.step_lines(progress)
+    step = loaders.step_lines(progress)
     inputs = ScorerInputs(sae_id=sae, sae_path=sae_path, preset=preset, control_size=control_size, step=step)
     method.check_inputs(inputs)  # so do the scorer's own options (cosy: --preset, --control-size, --sae-path)
     llm = LLMConfig(model=llm_model, base_url=llm_base_url) if llm_model else None

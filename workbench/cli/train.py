@@ -17,7 +17,7 @@ from pathlib import Path
 import typer
 
 from sae_workbench import defaults
-from sae_workbench.cli import options
+from sae_workbench.cli import loaders, options
 
 
 def train(
@@ -100,13 +100,13 @@ def train(
         sparse_step=sparse_step,
         shuffle_chunks=1 if cache else TrainConfig.shuffle_chunks,  # a cache chunk is a whole shard
     )
-    step = options.step_lines(progress)
+    step = loaders.step_lines(progress)
     # Loaded and checked once, before any run starts; local runs train on this model, a Ray task loads its own.
     step(
         f"loading model {model}"
         + (" (to check the hook before the Ray tasks start)" if backend == "ray" else "")
     )
-    subject = options.load_subject(model, [hook], context_size, device)
+    subject = loaders.load_subject(model, [hook], context_size, device)
     job = TrainJob(
         model=model, hook=hook, corpus=corpus, out=str(out), cache=str(cache) if cache else None,
         context_size=context_size, device=device, eval_windows=eval_windows, ce_windows=ce_windows,
