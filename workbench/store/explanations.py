@@ -23,6 +23,12 @@ _TYPES = (
 )  # fmt: skip
 
 
+def explanation_ids_of_sae() -> str:
+    """A subquery of the ids of one SAE's explanations (one parameter: the sae_id), for other families that filter
+    their rows by the explanation's SAE (scores): only this module names the `explanations` table and its columns."""
+    return "SELECT id FROM explanations WHERE sae_id = ?"
+
+
 class Explanations(StoreBase):
     """The `explanations` table."""
 

@@ -17,6 +17,7 @@ import duckdb
 from sae_workbench.status import Status
 from sae_workbench.store.base import StoreBase
 from sae_workbench.store.errors import DuplicateScoreError
+from sae_workbench.store.explanations import explanation_ids_of_sae
 from sae_workbench.store.records import EvalRecord, ScoreRecord
 from sae_workbench.store.sql import dumps, first, insert_arrow, loads, pa, read_status, status_text
 
@@ -89,8 +90,8 @@ class Scores(StoreBase):
         """The score keys stored for `sae_id`'s explanations by `scorer` (one query: what a job skips on resume)."""
         with self._conn() as conn:
             rows = conn.execute(
-                "SELECT s.score_key FROM scores s JOIN explanations e ON e.id = s.explanation_id "
-                "WHERE e.sae_id = ? AND s.scorer = ? AND s.score_key IS NOT NULL",
+                f"SELECT score_key FROM scores WHERE explanation_id IN ({explanation_ids_of_sae()}) "
+                "AND scorer = ? AND score_key IS NOT NULL",
                 [sae_id, scorer],
             ).fetchall()
         return {str(r[0]) for r in rows}
@@ -103,9 +104,8 @@ class Scores(StoreBase):
             rows = conn.execute(
                 "SELECT s.id, s.explanation_id, s.scorer, s.scorer_version, s.negative_source, s.metrics, "
                 "s.provenance, s.created_at, s.status, s.score_key FROM scores s "
-                "LEFT JOIN explanations e ON e.id = s.explanation_id "
                 "WHERE (? IS NULL OR s.explanation_id = ?) AND (? IS NULL OR s.scorer = ?) "
-                "AND (? IS NULL OR e.sae_id = ?) ORDER BY s.id",
+                f"AND (? IS NULL OR s.explanation_id IN ({explanation_ids_of_sae()})) ORDER BY s.id",
                 [explanation_id, explanation_id, scorer, scorer, sae_id, sae_id],
             ).fetchall()
         return [

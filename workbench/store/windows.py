@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+import duckdb
 import numpy as np
 
 from sae_workbench.store.errors import StoreError
@@ -19,6 +20,16 @@ from sae_workbench.store.sql import (
     pa,
     require_windows,
 )
+
+
+def insert_staged_windows(conn: duckdb.DuckDBPyConnection, relation: str, corpus: str) -> None:
+    """Copy `corpus`'s rows of a staged windows relation (a `read_parquet(...)` of a Ray index range) into `windows`,
+    keeping rows already stored, inside the caller's transaction (the range commits atomically)."""
+    conn.execute(
+        'INSERT OR IGNORE INTO windows SELECT corpus, window_id, tokens, text, token_strings, source, "offset", '
+        f"mask FROM {relation} WHERE corpus = ?",
+        [corpus],
+    ).fetchall()
 
 
 class Windows(Partitions):
