@@ -13,7 +13,8 @@ REPO = Path(__file__).resolve().parents[2]
 FOLDERS = ("workbench", "sae", "explainers", "evaluation", "app")
 STORE = REPO / "workbench" / "store"
 STATEMENT = re.compile(
-    r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|DROP|ALTER|ATTACH|DETACH|COPY|PRAGMA|WITH\s+\w+\s+AS)\s", re.DOTALL
+    r"^\s*(SELECT|INSERT|UPDATE|DELETE|CREATE|DROP|ALTER|ATTACH|DETACH|COPY|PRAGMA|WITH\s+\w+\s+AS)\s",
+    re.DOTALL,
 )
 # module (relative to the repository) -> why it may hold SQL; keep this tiny.
 ALLOWED: dict[str, str] = {}
@@ -36,7 +37,7 @@ def statements(path: Path) -> list[tuple[int, str]]:
         if id(node) in in_fstring:
             continue
         if isinstance(node, ast.JoinedStr):
-            text = "".join(v.value if isinstance(v, ast.Constant) else "{}" for v in node.values)  # type: ignore[misc]
+            text = "".join(str(v.value) if isinstance(v, ast.Constant) else "{}" for v in node.values)
         elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
             text = node.value
         else:

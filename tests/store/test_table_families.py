@@ -28,7 +28,10 @@ FAMILIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
         ("indexing.py", "ranges.py"),
         ("index_runs", "activations_staging", "activations", "index_ranges", "index_buckets", "index_steps"),
     ),
-    "activation reads": (("activations.py", "feature_rows.py", "tokens.py"), ()),  # read through _activations_sql
+    "activation reads": (
+        ("activations.py", "feature_rows.py", "tokens.py"),
+        (),
+    ),  # read through _activations_sql
     "partitions": (("partitioned.py", "graduate.py"), ("activation_partitions", "window_partitions")),
     "stats": (("stats.py",), ("feature_stats", "feature_neighbours")),
     "explanations": (("explanations.py",), ("explanations",)),
@@ -39,7 +42,10 @@ FAMILIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "attributions": (("attributions.py",), ("attributions", "feature_effects")),
     "interactions": (("interactions.py",), ("interactions",)),
     "lrp": (("lrp.py",), ("lrp_attributions",)),
-    "families": (("families.py",), ("match_runs", "feature_matches", "match_agreement", "explanation_stability")),
+    "families": (
+        ("families.py",),
+        ("match_runs", "feature_matches", "match_agreement", "explanation_stability"),
+    ),
 }
 NOT_FAMILIES = {
     "__init__.py": "the package docstring",
