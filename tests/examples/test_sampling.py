@@ -21,7 +21,7 @@ from sae_workbench.examples.sampling import (
     split_sample,
 )
 from sae_workbench.store import Store
-from sae_workbench.store.embeddings import embedding_key
+from sae_workbench.store.window_embeddings import embedding_key
 
 CATS = [f"The cat number {i} purred on the warm windowsill and chased a mouse." for i in range(12)]
 KITTENS = [f"A small kitten {i} played with yarn near the sleepy old cat." for i in range(8)]

@@ -38,7 +38,7 @@ FAMILIES: dict[str, tuple[tuple[str, ...], tuple[str, ...]]] = {
     "scores": (("scores.py",), ("scores", "evals")),
     "samples": (("samples.py",), ("samples",)),
     "llm_cache": (("llm_cache.py",), ("llm_cache",)),
-    "embeddings": (("embeddings.py", "vectors.py"), ("window_vectors",)),
+    "embeddings": (("window_embeddings.py", "vectors.py"), ("window_vectors",)),
     "attributions": (("attributions.py",), ("attributions", "feature_effects")),
     "interactions": (("interactions.py",), ("interactions",)),
     "lrp": (("lrp.py",), ("lrp_attributions",)),

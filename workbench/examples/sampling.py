@@ -14,7 +14,7 @@ What is embedded is what is shown (ref embeds exactly the 32-token sequence it s
 `crop` = 32 (the default), each window's first 32 tokens, BOS dropped — the record a non-activating window is shown
 and simulated as (`records.crop_record` crops a record without a peak from its start) — and, for the reference set,
 each top window's 32-token crop around the feature's peak, embedded per draw (what a positive is shown as).
-`crop=None` embeds whole windows (the stored embeddings of both are keyed apart, `store.embeddings.embedding_key`).
+`crop=None` embeds whole windows (the stored embeddings of both are keyed apart, `store.window_embeddings.embedding_key`).
 
     ensure_window_embeddings(store, sae_id)                   # once per corpus and crop (writes)
     sample = draw_negatives(store, sae_id, feature, NegativeSource.SIMILAR_NEGATIVE, k=30, seed=0)
@@ -38,7 +38,7 @@ from sae_workbench.errors import WorkbenchError
 from sae_workbench.examples.loading import load_records
 from sae_workbench.examples.records import crop_record, crop_start, make_record
 from sae_workbench.store import Example, Sample, Store, WindowEmbeddings
-from sae_workbench.store.embeddings import embedding_key
+from sae_workbench.store.window_embeddings import embedding_key
 
 log = logging.getLogger(__name__)
 

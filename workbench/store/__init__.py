@@ -19,7 +19,7 @@ Layout: `store.py` is the `Store` facade, one class over a mixin per table famil
 `base.py` (sessions, transactions, session cache, schema introspection), `saes.py`, `windows.py`, `indexing.py`
 (index_runs, activations_staging, activations), `activations.py` (per-feature reads and example draws, with
 `feature_rows.py`), `stats.py`, `tokens.py` (token search), `explanations.py`, `scores.py` (scores, evals),
-`samples.py`, `llm_cache.py`, `embeddings.py` (+ `vectors.py`, the memory-mapped copy), `parquet.py`; `sql.py` holds
+`samples.py`, `llm_cache.py`, `window_embeddings.py` (+ `vectors.py`, the memory-mapped copy), `parquet.py`; `sql.py` holds
 their shared helpers, `connection.py` the file attachment, `migrations.py` the schema, `lease.py` the job's lease.
 
 Schema: append-only numbered migrations (`migrations.py`) recorded in `schema_migrations`; a store from a newer

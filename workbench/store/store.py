@@ -2,7 +2,7 @@
 
 saes.py (saes) · windows.py (windows) · indexing.py (index_runs, activations_staging, activations) ·
 activations.py (per-feature reads, example draws) · stats.py (feature_stats, feature_neighbours) ·
-explanations.py · scores.py (scores, evals) · samples.py · llm_cache.py · embeddings.py (window_vectors) ·
+explanations.py · scores.py (scores, evals) · samples.py · llm_cache.py · window_embeddings.py (window_vectors) ·
 attributions.py (attributions, feature_effects) · interactions.py (interactions) ·
 families.py (match_runs, feature_matches, match_agreement, explanation_stability: SAE families) ·
 partitioned.py (Parquet data plane, activation_partitions) ·
@@ -17,7 +17,6 @@ from pathlib import Path
 from sae_workbench.store.activations import Activations
 from sae_workbench.store.attributions import Attributions
 from sae_workbench.store.base import Session, StoreBase
-from sae_workbench.store.embeddings import Embeddings
 from sae_workbench.store.errors import IndexConfigError, SchemaVersionError
 from sae_workbench.store.explanations import Explanations
 from sae_workbench.store.families import Families
@@ -32,6 +31,7 @@ from sae_workbench.store.scores import Scores
 from sae_workbench.store.stats import Stats
 from sae_workbench.store.tokens import Tokens
 from sae_workbench.store.verify import Verification
+from sae_workbench.store.window_embeddings import Embeddings
 
 __all__ = ["IndexConfigError", "Session", "Store", "StoreBase"]
 
