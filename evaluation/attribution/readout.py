@@ -85,8 +85,9 @@ def decoder_rows_FD(sae: SAE[Any]) -> torch.Tensor:
     return W_dec
 
 
-def feature_readout(sae: SAE[Any], feature: int) -> FeatureReadout:
-    """The linear read-out of `feature`'s pre-activation (the value its activation function sees)."""
+def feature_readout(sae: SAE[Any], feature: int, dtype: torch.dtype = torch.float32) -> FeatureReadout:
+    """The linear read-out of `feature`'s pre-activation (the value its activation function sees), its direction in
+    `dtype` (float32 for DePass; LRP asks for the model's dtype so a float64 check is not limited by the cast)."""
     check_supported(sae)
     d_sae = int(sae.cfg.d_sae)
     if not 0 <= feature < d_sae:
@@ -108,7 +109,7 @@ def feature_readout(sae: SAE[Any], feature: int) -> FeatureReadout:
             scale = float(sae.W_dec[feature].norm())
         return FeatureReadout(
             feature=feature,
-            direction_D=(w_D * scale).detach().float().clone(),
+            direction_D=(w_D * scale).detach().to(dtype).clone(),
             bias=float(b) * scale,
             normalize=str(sae.cfg.normalize_activations),
         )
