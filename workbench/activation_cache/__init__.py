@@ -1,4 +1,4 @@
-"""Activation cache: a model's activations at one or more hooks in resumable, checksummed safetensors shards.
+"""The cache stage: a model's activations at one or more hooks in resumable, checksummed safetensors shards.
 
     workbench cache --model smollm2-135m --hook blocks.3.hook_resid_post --tokens 200000
 

@@ -1,4 +1,5 @@
-"""The `workbench` command line. Each stage's command lives in its own module and is registered here.
+"""The `workbench` command line: one module per stage's command, registered here; the options commands share are
+declared in `options.py`, what they load at their edge (model, SAEs) in `loaders.py`.
 
 workbench --help
 workbench corpus info default

@@ -1,1 +1,1 @@
-"""The examples substrate shared by explainers and scorers: records, rules, example and negative sampling, and the one test-set module."""
+"""The examples substrate between indexing and the explain/score stages: records, rules, example and negative sampling, and the one test-set module."""

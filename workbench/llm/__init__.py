@@ -1,1 +1,1 @@
-"""The LLM substrate every LLM-using explainer and scorer runs on: client, config, response cache, usage ledger, strict JSON parsing."""
+"""The LLM substrate that the explain and score stages run on: client, config, response cache, usage ledger, strict JSON parsing."""

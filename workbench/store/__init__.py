@@ -1,4 +1,6 @@
-"""The DuckDB feature store — the contract between all stages. ALL SQL of the workbench lives in this package.
+"""The DuckDB feature store, where every stage's results land — the contract between all stages. ALL SQL of the
+workbench lives in this package (tests/store/test_sql_only_in_store.py), and each table family's module names only its
+own tables (tests/store/test_table_families.py).
 
     from sae_workbench.store import Store
     store = Store.open("runs/store.duckdb")               # writer (creates + migrates)
@@ -21,6 +23,17 @@ Layout: `store.py` is the `Store` facade, one class over a mixin per table famil
 `feature_rows.py`), `stats.py`, `tokens.py` (token search), `explanations.py`, `scores.py` (scores, evals),
 `samples.py`, `llm_cache.py`, `window_embeddings.py` (+ `vectors.py`, the memory-mapped copy), `parquet.py`; `sql.py` holds
 their shared helpers, `connection.py` the file attachment, `migrations.py` the schema, `lease.py` the job's lease.
+
+Why one flat `Store` and not namespaced views (`store.scores.add(...)`): the families share more than a connection.
+One `with store.session()` / `store.transaction()` spans several of them (the explain job writes explanations, samples
+and LLM cache rows in one transaction; indexing writes windows and activations together) and the session cache it
+holds (index progress, SAE records, window maxima) serves all of them, so views would be thin aliases of the same
+object. The grouping a reader needs is the file layout — one module per family, listed in `store.py` — and every
+method name already carries its family (`add_explanation`, `scores`, `llm_cache_get`, `window_embeddings`). What the
+grouping is for, that one family never touches another's tables, is enforced by tests/store/test_table_families.py
+(cross-family reads go through the owner's relation functions: `_windows_sql`, `_activations_sql`,
+`explanations.explanation_ids_of_sae`), which namespaces alone would not guarantee; renaming ~80 methods across every
+stage would churn the callers and change nothing they can observe.
 
 Schema: append-only numbered migrations (`migrations.py`) recorded in `schema_migrations`; a store from a newer
 version raises `SchemaVersionError`, an unreadable file `StoreCorruptError`.
