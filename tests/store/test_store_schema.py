@@ -73,12 +73,16 @@ EXPECTED_SCHEMA = {
         "text_similarity", "transfer_explanation",
     ],
     "index_steps": ["sae_id", "step", "config", "completed_at"],
+    "lrp_attributions": [
+        "id", "sae_id", "feature", "window_id", "position", "mode", "target", "pre_activation", "closure_error",
+        "result", "config_key", "created_at",
+    ],
 }  # fmt: skip
 
 
 def test_blank_database_migrates_to_full_schema(tmp_path: Path) -> None:
     store = Store.open(tmp_path / "s.duckdb")
-    assert store.schema_version() == LATEST_VERSION == 11
+    assert store.schema_version() == LATEST_VERSION == 12
     assert sorted(store.table_names()) == sorted(EXPECTED_SCHEMA)
     for table, columns in EXPECTED_SCHEMA.items():
         assert [c for c, _ in store.table_columns(table)] == columns, table
@@ -118,6 +122,10 @@ def test_blank_database_migrates_to_full_schema(tmp_path: Path) -> None:
         (
             11,
             "integrity records: the files of each partitioned SAE / corpus, and index_steps (statistics, neighbours)",
+        ),
+        (
+            12,
+            "lrp_attributions (position-aware LRP / AttnLRP / CP token and position relevance per feature example)",
         ),
     ]
     con.close()

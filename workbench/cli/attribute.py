@@ -5,10 +5,15 @@
     workbench attribute --store S --sae ID --sae-path P --features 3,7 --export-graphs runs/graphs
     workbench attribute --store S --sae ID --sae-path P --features 3 --levels tokens,upstream \
         --upstream-sae runs/sae-layer1 --upstream-hook blocks.1.hook_resid_post
+    workbench attribute --store S --sae ID --sae-path P --features 0-9 --method pa_lrp,attnlrp
 
 Each feature's top examples are attributed at their peak (token shares and head/MLP shares, DePass arXiv
 2510.18462), then the feature is zero- and mean-ablated over them and steered from the top example's prefix. A rerun
 skips what is stored. `--export-graphs` writes one circuit-tracer / Neuronpedia graph JSON per (feature, example).
+
+`--method pa_lrp` (position-aware LRP, arXiv 2506.02138), `attnlrp` (positions detached) or `cp` (attention pattern
+constant), comma-separated, store token and position relevance per example instead (evaluation/attribution/pa_lrp.py);
+`depass` (the default) is the path above. Methods can be mixed: `--method depass,pa_lrp`.
 """
 
 from __future__ import annotations
@@ -25,6 +30,10 @@ def attribute(
     sae: options.SaeId,
     sae_path: Path = typer.Option(..., help="The SAE's folder (the one indexed under --sae)."),
     features: options.Features = "all",
+    method: str = typer.Option(
+        "depass",
+        help="depass and/or pa_lrp, attnlrp, cp (position-aware LRP and its modes), comma-separated.",
+    ),
     examples: int = typer.Option(3, help="Top examples attributed per feature."),
     rule: str = typer.Option(
         "softmax", help="DePass MLP rule: softmax (paper, T=0.1), up_linear or gate_linear."
@@ -46,18 +55,39 @@ def attribute(
     export_graphs: Path | None = typer.Option(None, help="Write circuit-tracer graph JSON files here."),
     progress: options.Progress = True,
 ) -> None:
-    """Attribute stored features with DePass, ablate and steer them; store the results (rerun to resume)."""
+    """Attribute stored features with DePass and/or LRP, ablate and steer them; store the results (rerun to resume)."""
     from sae_workbench.evaluation.attribution.export import export_graphs as write_graphs
     from sae_workbench.evaluation.attribution.job import (
         AttributeConfig,
         Upstream,
         run_attribution,
     )
+    from sae_workbench.evaluation.attribution.lrp_job import LrpConfig, run_lrp_attribution
+    from sae_workbench.evaluation.attribution.lrp_rules import LRP_MODES
     from sae_workbench.store import Store
 
+    methods = [m.strip() for m in method.split(",") if m.strip()]
+    unknown = [m for m in methods if m != "depass" and m not in LRP_MODES]
+    if unknown or not methods:
+        raise typer.BadParameter(
+            f"unknown method(s) {unknown or method!r}: use depass, {', '.join(LRP_MODES)} (comma-separated)",
+            param_hint="--method",
+        )
+    lrp_modes = tuple(m for m in methods if m in LRP_MODES)
     db = Store.open(store)
     record = db.get_sae(sae)
     model, loaded = loaders.load_indexed_sae(db, sae, sae_path)
+    wanted = options.parse_features(features, record.d_sae)
+    if lrp_modes:
+        lrp_config = LrpConfig(modes=lrp_modes, examples=examples)  # type: ignore[arg-type]  # checked above
+        lrp = run_lrp_attribution(db, model, loaded, sae, wanted, lrp_config, progress=progress)
+        failed = "".join(f"; feature {f} failed: {e}" for f, e in lrp.failed.items())
+        typer.echo(
+            f"LRP ({', '.join(lrp_modes)}) of {lrp.features} features: {lrp.attributions} new attributions, "
+            f"{lrp.skipped} already stored" + lrp.no_examples_note() + failed
+        )
+    if "depass" not in methods:
+        return
     config = AttributeConfig(
         examples=examples,
         rule=rule,  # type: ignore[arg-type]  # checked by config.check()
@@ -68,7 +98,6 @@ def attribute(
     )
     up = loaders.load_upstream(upstream_sae, upstream_hook, record.model)
     upstream = None if up is None else Upstream(*up)
-    wanted = options.parse_features(features, record.d_sae)
     summary = run_attribution(db, model, loaded, sae, wanted, config, progress=progress, upstream=upstream)
     typer.echo(
         f"attributed {summary.features} features: {summary.attributions} new attributions, {summary.effects} new "

@@ -320,6 +320,24 @@ MIGRATIONS: tuple[Migration, ...] = (
             SELECT DISTINCT sae_id, 'neighbours', '{}' FROM feature_neighbours
         """,
     ),
+    Migration(
+        12,
+        "lrp_attributions (position-aware LRP / AttnLRP / CP token and position relevance per feature example)",
+        # One row per (SAE, feature, window, position, mode) result (store/lrp.py), keyed by config_key like
+        # `attributions`; target, pre_activation and closure_error are columns so a check of the conservation
+        # identity needs no JSON. Results are recomputable, so no backfill.
+        """
+        CREATE SEQUENCE lrp_attribution_ids START 1;
+        CREATE TABLE lrp_attributions (
+            id BIGINT PRIMARY KEY DEFAULT nextval('lrp_attribution_ids'),
+            sae_id TEXT NOT NULL, feature INTEGER NOT NULL, window_id BIGINT, position INTEGER NOT NULL,
+            mode TEXT NOT NULL, target DOUBLE NOT NULL, pre_activation DOUBLE NOT NULL, closure_error DOUBLE NOT NULL,
+            result JSON NOT NULL, config_key TEXT NOT NULL UNIQUE,
+            created_at TIMESTAMP NOT NULL DEFAULT current_timestamp
+        );
+        CREATE INDEX lrp_attributions_feature ON lrp_attributions (sae_id, feature)
+        """,
+    ),
 )
 
 LATEST_VERSION = MIGRATIONS[-1].version

@@ -3,7 +3,7 @@
 saes.py (saes) · windows.py (windows) · indexing.py (index_runs, activations_staging, activations) ·
 activations.py (per-feature reads, example draws) · stats.py (feature_stats, feature_neighbours) ·
 explanations.py · scores.py (scores, evals) · samples.py · llm_cache.py · window_embeddings.py (window_vectors) ·
-attributions.py (attributions, feature_effects) · interactions.py (interactions) ·
+attributions.py (attributions, feature_effects) · lrp.py (lrp_attributions) · interactions.py (interactions) ·
 families.py (match_runs, feature_matches, match_agreement, explanation_stability: SAE families) ·
 partitioned.py (Parquet data plane, activation_partitions) ·
 graduate.py (single file -> Parquet) · verify.py (the whole-store check) · ranges.py (index_ranges, the Ray index ledger) ·
@@ -22,6 +22,7 @@ from sae_workbench.store.explanations import Explanations
 from sae_workbench.store.families import Families
 from sae_workbench.store.interactions import Interactions
 from sae_workbench.store.llm_cache import LLMCache
+from sae_workbench.store.lrp import LrpAttributions
 from sae_workbench.store.migrations import LATEST_VERSION, migrate, schema_version_of
 from sae_workbench.store.parquet import Parquet
 from sae_workbench.store.query import Query
@@ -47,6 +48,7 @@ class Store(
     Embeddings,
     Parquet,
     Attributions,
+    LrpAttributions,
     Interactions,
     Families,
     Query,
