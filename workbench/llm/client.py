@@ -679,9 +679,10 @@ class LLMClient:
 
     async def prompt_tokens(self, messages: Sequence[Message]) -> tuple[int, str]:
         """(prompt tokens of a chat, how they were counted): the messages' text plus TOKENS_PER_MESSAGE per message
-        for the chat template."""
+        for the chat template, plus what the endpoint's template was seen to add beyond that (a default system
+        prompt, say: learned from the prompt tokens the server bills)."""
         n, how = await self.count_tokens(_messages_text(messages))
-        return n + TOKENS_PER_MESSAGE * (len(messages) + 1), how
+        return n + TOKENS_PER_MESSAGE * (len(messages) + 1) + self.facts.template_tokens, how
 
     async def check_fit(self, request: LLMRequest) -> PromptFit:
         """The request's prompt tokens against the context; raise LLMContextOverflowError when prompt + completion
@@ -741,9 +742,12 @@ class LLMClient:
         t0 = time.perf_counter()
         if read_cache and (hit := self._cached(key, request.tag)) is not None:
             return hit
-        await self.check_fit(request)
+        fit = await self.check_fit(request)
         answer = await self._send(messages, temperature, max_tokens, request)
         pt, ct = answer.prompt_tokens, answer.completion_tokens
+        if fit.counted_by not in ("estimate", "not counted") and pt > fit.prompt_tokens:
+            # The server's tokenizer counted our text; what it bills beyond that is its chat template's own.
+            self.facts.template_tokens += pt - fit.prompt_tokens
         usage = Usage(pt, ct, self._cost(pt, ct), 1, 0, answer.retries, 0, time.perf_counter() - t0)
         self.ledger.record(request.tag, usage)
         return LLMResponse(answer.texts[0], self.config.model, usage, False, key, answer.truncated[0])
@@ -930,16 +934,10 @@ async def _gather_ordered(coros: Sequence[Coroutine[Any, Any, R]], progress: boo
 class SyncLLMClient:
     """Blocking facade over LLMClient for callers that are not async; runs its own event loop in a thread."""
 
-    def __init__(
-        self,
-        config: LLMConfig,
-        *,
-        cache: ResponseCache | None = None,
-        ledger: UsageLedger | None = None,
-        env: Mapping[str, str] | None = None,
-    ) -> None:
-        """Create the async client and start a private event loop (works even inside a running loop)."""
-        self.client = LLMClient(config, cache=cache, ledger=ledger, env=env)
+    def __init__(self, client: LLMClient | LLMConfig) -> None:
+        """Drive `client` (a config gets an LLMClient with no cache, its own ledger and the process environment;
+        build the LLMClient yourself for more) from a private event loop (works even inside a running loop)."""
+        self.client = client if isinstance(client, LLMClient) else LLMClient(client)
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="llm-client-loop", daemon=True)
         self._thread.start()

@@ -124,6 +124,9 @@ class EndpointFacts:
     """True once the endpoint's metadata routes were asked (so they are asked once)."""
     token_counter: str | None = None
     """Route that counts tokens ("/extras/tokenize/count", "/tokenize", "estimate"); None = not probed yet."""
+    template_tokens: int = 0
+    """Prompt tokens the server's chat template adds beyond the per-message allowance (e.g. a default system
+    prompt), learned from the prompt tokens it billed for a prompt its tokenizer counted."""
 
 
 _FACTS: dict[tuple[str, str], EndpointFacts] = {}

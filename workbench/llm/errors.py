@@ -85,6 +85,22 @@ class LLMMalformedOutputError(LLMError):
         self.truncated = truncated
 
 
+class LLMServerError(LLMError):
+    """The embedded local LLM server (`workbench llm serve`) could not be started."""
+
+
+class LLMServerNotInstalledError(LLMServerError):
+    """llama-cpp-python (with its [server] extra) is not installed in this environment."""
+
+
+class LLMModelFileError(LLMServerError):
+    """The GGUF model file is missing or unreadable."""
+
+
+class LLMServerStartError(LLMServerError):
+    """The server process exited, or did not answer its health check before the deadline."""
+
+
 JOB_FATAL_ERRORS: tuple[type[WorkbenchError], ...] = (
     LLMAuthError,
     LLMEndpointDownError,
