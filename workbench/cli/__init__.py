@@ -111,6 +111,9 @@ def _register_stage_commands() -> None:
     from sae_workbench.cli.graduate import graduate
 
     app.command("graduate")(graduate)
+    from sae_workbench.cli.llm import llm_app
+
+    app.add_typer(llm_app, name="llm")
     from sae_workbench.cli.verify import verify
 
     app.command("verify")(verify)

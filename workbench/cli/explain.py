@@ -13,7 +13,7 @@ from __future__ import annotations
 import typer
 
 from sae_workbench import defaults
-from sae_workbench.cli import options
+from sae_workbench.cli import llm_options, options
 from sae_workbench.cli.backends import check_llm_backend
 
 
@@ -26,6 +26,9 @@ def explain(
     llm_base_url: options.LlmBaseUrl = None,
     api_key_env: options.ApiKeyEnv = defaults.LLM_API_KEY_ENV,
     concurrency: options.Concurrency = defaults.LLM_CONCURRENCY,
+    llm_timeout: llm_options.LlmTimeout = None,
+    llm_max_tokens: llm_options.LlmMaxTokens = None,
+    llm_context: llm_options.LlmContext = None,
     negatives: options.Negatives = defaults.NEGATIVES,
     seed: options.Seed = defaults.DEFAULT_SEED,
     rule_cap: int = typer.Option(
@@ -41,13 +44,13 @@ def explain(
 ) -> None:
     """Explain features with the lexical (offline), one-shot, tree or PRISM explainer; rerun to resume."""
     from sae_workbench.explainers.job import ExplainConfig, ExplainJob
-    from sae_workbench.llm.config import LLMNotConfiguredError, endpoint_status
+    from sae_workbench.llm.config import LLMNotConfiguredError
     from sae_workbench.raycluster import RayConfig
     from sae_workbench.store import Store
 
     check_llm_backend(backend, llm_qps)
-    status = endpoint_status(
-        llm_model or None, llm_base_url or None, api_key_env=api_key_env, concurrency=max(1, concurrency)
+    status = llm_options.llm_endpoint(
+        llm_model, llm_base_url, api_key_env, max(1, concurrency), llm_timeout, llm_max_tokens, llm_context
     )
     name = explainer or ("oneshot" if status.configured else "lexical")
     if not status.configured:

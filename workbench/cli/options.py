@@ -39,6 +39,11 @@ from typing import Annotated
 
 import typer
 
+# The LLM options are declared in llm_options.py (with their WORKBENCH_LLM_* variables); re-exported here.
+from sae_workbench.cli.llm_options import ApiKeyEnv as ApiKeyEnv
+from sae_workbench.cli.llm_options import Concurrency as Concurrency
+from sae_workbench.cli.llm_options import LlmBaseUrl as LlmBaseUrl
+from sae_workbench.cli.llm_options import LlmModel as LlmModel
 from sae_workbench.features import FeatureSpecError as FeatureSpecError  # re-exported
 from sae_workbench.features import parse_features as parse_features  # re-exported
 
@@ -146,25 +151,6 @@ LlmQps = Annotated[
         help="With --backend ray: most LLM calls per second to the endpoint over all workers together, and "
         "--concurrency bounds their calls in flight together (default: no rate limit).",
     ),
-]
-LlmModel = Annotated[
-    str | None,
-    typer.Option(
-        "--llm-model", help="Model at an OpenAI-compatible endpoint (or $WORKBENCH_LLM_MODEL); none: offline."
-    ),
-]
-LlmBaseUrl = Annotated[
-    str | None,
-    typer.Option(
-        "--llm-base-url", help="Endpoint root incl. /v1 (or $WORKBENCH_LLM_BASE_URL); default OpenAI's."
-    ),
-]
-ApiKeyEnv = Annotated[
-    str,
-    typer.Option("--api-key-env", help="Name of the environment variable holding the key (never stored)."),
-]
-Concurrency = Annotated[
-    int, typer.Option("--concurrency", min=1, help="Features (and LLM calls) in flight at once.")
 ]
 
 

@@ -23,7 +23,7 @@ from typing import Any
 import typer
 
 from sae_workbench import defaults
-from sae_workbench.cli import loaders, options
+from sae_workbench.cli import llm_options, loaders, options
 from sae_workbench.cli.backends import check_llm_backend
 
 log = logging.getLogger(__name__)
@@ -55,6 +55,11 @@ def score(
     record_length: int | None = typer.Option(None, help="Crop records to this many tokens (paper: 32)."),
     llm_model: options.LlmModel = None,
     llm_base_url: options.LlmBaseUrl = None,
+    api_key_env: options.ApiKeyEnv = defaults.LLM_API_KEY_ENV,
+    concurrency: options.Concurrency = defaults.LLM_CONCURRENCY,
+    llm_timeout: llm_options.LlmTimeout = None,
+    llm_max_tokens: llm_options.LlmMaxTokens = None,
+    llm_context: llm_options.LlmContext = None,
     sae_path: Path | None = typer.Option(
         None, help="SAE folder (cosy runs the model + SAE on generated texts)."
     ),
@@ -74,7 +79,7 @@ def score(
     from sae_workbench.evaluation.base import ScoreConfigError, ScorerInputs
     from sae_workbench.evaluation.registry import scorer_class
     from sae_workbench.evaluation.score_job import ScoreConfig, run_scoring, score_backends
-    from sae_workbench.llm.config import LLMConfig
+    from sae_workbench.llm.config import LLMNotConfiguredError
     from sae_workbench.raycluster import RayConfig
     from sae_workbench.store import Store
 
@@ -88,7 +93,12 @@ def score(
     step = loaders.step_lines(progress)
     inputs = ScorerInputs(sae_id=sae, sae_path=sae_path, preset=preset, control_size=control_size, step=step)
     method.check_inputs(inputs)  # so do the scorer's own options (cosy: --preset, --control-size, --sae-path)
-    llm = LLMConfig(model=llm_model, base_url=llm_base_url) if llm_model else None
+    status = llm_options.llm_endpoint(
+        llm_model, llm_base_url, api_key_env, concurrency, llm_timeout, llm_max_tokens, llm_context
+    )
+    if llm_model and not status.configured:
+        raise LLMNotConfiguredError(status.notice)
+    llm = status.config
     st = Store.open(store)
     if backend == "ray":
         from sae_workbench.evaluation.ray_score import run_scoring_ray
