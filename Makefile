@@ -33,11 +33,11 @@ $(STAMP): pyproject.toml constraints.txt
 		'llama-cpp-python[server]==$(LLAMA_CPP_VERSION)'
 	touch $(STAMP)
 
-# Build llama-cpp-python's wheel into WHEEL_CACHE unless one for this version and Python is already there.
+# Build llama-cpp-python's wheel into WHEEL_CACHE unless one for this version and architecture is already there.
 llama-wheel:
 	@mkdir -p $(WHEEL_CACHE)
-	@tag=$$($(PY) -c 'import sys; print(f"cp{sys.version_info[0]}{sys.version_info[1]}")'); \
-	if ls $(WHEEL_CACHE)/llama_cpp_python-$(LLAMA_CPP_VERSION)-$$tag-*.whl >/dev/null 2>&1; then \
+	@# Its wheel is tagged py3-none-linux_<arch> (ctypes bindings): one per version and CPU architecture.
+	@if ls $(WHEEL_CACHE)/llama_cpp_python-$(LLAMA_CPP_VERSION)-*-linux_$$(uname -m).whl >/dev/null 2>&1; then \
 		echo "llama-cpp-python $(LLAMA_CPP_VERSION): cached wheel in $(WHEEL_CACHE)"; \
 	else \
 		echo "llama-cpp-python $(LLAMA_CPP_VERSION): building its wheel once (compiles llama.cpp, ~5 min on 2 cores)"; \
