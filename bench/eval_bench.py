@@ -19,8 +19,8 @@ from dataclasses import replace
 
 import torch
 
-from sae_workbench.evaluation import absorption as ab
-from sae_workbench.evaluation import probing as pr
+from sae_workbench.evaluation.absorption import eval as ab
+from sae_workbench.evaluation.absorption import probes as pr
 
 
 def _random_topk_sae(d_in: int, hook: str, model_name: str, seed: int = 0) -> object:

@@ -19,8 +19,8 @@ from pathlib import Path
 
 import torch
 
-from sae_workbench.evaluation.score_job import ScoreBackends, ScoreConfig, run_scoring
-from tests.evaluation.test_scoring_planted import SAE_ID, build_planted_store
+from sae_workbench.evaluation.scorers.job import ScoreBackends, ScoreConfig, run_scoring
+from tests.evaluation.scorers.test_scoring_planted import SAE_ID, build_planted_store
 
 EXTRA_TOKENS = (
     " the",

@@ -4,7 +4,7 @@ Paper: Chanin et al., "A is for Absorption: Studying Feature Splitting and Absor
 arXiv 2409.14507 (NeurIPS 2025). Reference implementation: SAEBench's ``sae_bench/evals/absorption``
 (``feature_absorption_calculator.py`` and ``main.py``); every threshold below is SAEBench's default.
 
-    acts = collect_probe_activations(model, ProbingConfig(layer=3))   # evaluation/probing.py (cached)
+    acts = collect_probe_activations(model, ProbingConfig(layer=3))   # evaluation/absorption/probes.py (cached)
     result = run_absorption(sae, acts, AbsorptionConfig())
     result.metrics.mean_absorption_fraction_score
 
@@ -28,7 +28,7 @@ import numpy as np
 import torch
 
 from sae_workbench.errors import WorkbenchError
-from sae_workbench.evaluation.probing import (
+from sae_workbench.evaluation.absorption.probes import (
     F1_JUMP_THRESHOLD,
     LETTERS,
     MAX_K,

@@ -12,7 +12,7 @@ ignore.
     write_eval_json(doc, Path("results/absorption.json"))
 
 The absorption document validates against SAEBench's own JSON schema (data/saebench/, vendored from the sae-bench
-package; tests/evaluation/test_absorption_export.py checks it).
+package; tests/evaluation/absorption/test_absorption_export.py checks it).
 """
 
 from __future__ import annotations
@@ -27,8 +27,8 @@ from typing import Any
 
 from sae_workbench import paths
 from sae_workbench.errors import WorkbenchError
-from sae_workbench.evaluation.absorption import AbsorptionConfig, AbsorptionResult
-from sae_workbench.evaluation.probing import build_prompt
+from sae_workbench.evaluation.absorption.eval import AbsorptionConfig, AbsorptionResult
+from sae_workbench.evaluation.absorption.probes import build_prompt
 
 EVAL_TYPE_ABSORPTION = "absorption_first_letter"  # SAEBench EVAL_TYPE_ID_ABSORPTION
 EVAL_TYPE_CORE = "core"  # SAEBench EVAL_TYPE_ID_CORE

@@ -12,7 +12,7 @@ From a random start (`init_true=False`, what the tests use) training resamples d
 keep the lowest-objective of several `restarts`: the tied SAE sometimes settles in a rotated basis ((f0 ± f1)/√2), a
 local minimum with a higher objective than the true features (measured 0.0136 vs 0.0119).
 
-    python -m evaluation.toy_absorption          # or: workbench absorption --toy
+    python -m evaluation.absorption.toy          # or: workbench absorption --toy
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from sae_workbench.evaluation.absorption import score_words
+from sae_workbench.evaluation.absorption.eval import score_words
 
 log = logging.getLogger(__name__)
 

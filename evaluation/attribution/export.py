@@ -3,7 +3,7 @@
 The format is what circuit-tracer writes (safety-research/circuit-tracer @ 21ab88aa,
 circuit_tracer/frontend/graph_models.py and utils/create_graph_files.py): `metadata`, `qParams`, `nodes`, `links`, and
 what Neuronpedia accepts on upload (hijohnnylin/neuronpedia @ ebb8426f, apps/webapp/app/api/graph/graph-schema.json,
-checked with Ajv before a graph is saved; vendored in tests/data/neuronpedia/, and tests/evaluation/test_graph_export.py
+checked with Ajv before a graph is saved; vendored in tests/data/neuronpedia/, and tests/evaluation/attribution/test_graph_export.py
 validates every export against it and against circuit-tracer's own field rules). Node conventions taken from there:
 
 - a feature node is `{layer}_{index}_{pos}`, jsNodeId `{layer}_{index}-0`, feature_type "cross layer transcoder", and

@@ -3,7 +3,7 @@
 Kopf et al., NeurIPS 2025 (arXiv 2506.15538) released one CSV per run in lkopf/prism `results/`: per-description
 CoSy scores (`layer,unit,AUC,...,MAD`) and per-feature polysemanticity (`layer,unit,cosine_similarity,
 cosine_similarity_random,...`). This module reads a folder of those CSVs (only the numeric columns are needed) and
-summarises them with `evaluation.cosy_summary`, the same functions the project's own report uses for its CoSy
+summarises them with `evaluation.scorers.cosy_summary`, the same functions the project's own report uses for its CoSy
 scores, so that reproducing the paper's printed values checks our aggregation rules.
 
     workbench prism-table1 --data ../shared/data/prism-table1
@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sae_workbench.errors import WorkbenchError
-from sae_workbench.evaluation.cosy_summary import (
+from sae_workbench.evaluation.scorers.cosy_summary import (
     CosySummary,
     DescriptionScore,
     PolysemanticitySummary,

@@ -1,6 +1,6 @@
 """The tree paper's rule-cap sweep (Ma, Pfrommer & Sojoudi, NeurIPS 2025): explain every feature at rule caps
 r = 1..5, score each explanation's test third with the simulation scorer, and measure polysemanticity per feature
-(`evaluation.polysemanticity.tree_polysemanticity`: the smallest cap whose best test score over caps ≤ r reaches 0.9 of
+(`evaluation.scorers.polysemanticity.tree_polysemanticity`: the smallest cap whose best test score over caps ≤ r reaches 0.9 of
 the best over all caps) and its mean over the SAE's features (one layer) with a t CI.
 
     result = rule_cap_sweep(store, sae_id, range(50), (1, 2, 3, 4, 5), preset="paper", llm=LLMConfig(...))
@@ -16,11 +16,14 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
-from sae_workbench.evaluation.base import ScoreBackends, ScoreConfig, ScoreConfigError
-from sae_workbench.evaluation.polysemanticity import tree_polysemanticity, tree_polysemanticity_summary
-from sae_workbench.evaluation.registry import make_scorer
-from sae_workbench.evaluation.score_job import run_scoring, score_key
-from sae_workbench.evaluation.scoring import MeanCI
+from sae_workbench.evaluation.scorers.base import ScoreBackends, ScoreConfig, ScoreConfigError
+from sae_workbench.evaluation.scorers.job import run_scoring, score_key
+from sae_workbench.evaluation.scorers.metrics import MeanCI
+from sae_workbench.evaluation.scorers.polysemanticity import (
+    tree_polysemanticity,
+    tree_polysemanticity_summary,
+)
+from sae_workbench.evaluation.scorers.registry import make_scorer
 from sae_workbench.explainers.base import ExplainConfig
 from sae_workbench.explainers.job import ExplainJob, config_key
 from sae_workbench.explainers.registry import make_explainer

@@ -13,7 +13,7 @@
         async def prepare(self, explanations) -> None: ...   # once per run (a baseline pool, a client check)
         async def score(self, explanation, tests) -> ScoreOutcome: ...
 
-plus one line in `evaluation/registry.py`. The score job (`evaluation/score_job.py`) keeps the loop: which
+plus one line in `evaluation/scorers/registry.py`. The score job (`evaluation/scorers/job.py`) keeps the loop: which
 explanations, resume by score key, dead features, the test records of the feature's shared split
 (`examples.testsets`), provenance and storing. A scorer that needs more than the shared components (CoSy: the model
 and the SAE) loads it in `from_backends` from the run's `ScorerInputs`, so `workbench score` and the Ray backend
@@ -52,7 +52,7 @@ class ScoreConfig:
     """What to score and how the test records are drawn."""
 
     scorer: str
-    """A name in `evaluation.registry.SCORERS`: simulation, detection, fuzzing, embedding, cosy, polysemanticity
+    """A name in `evaluation.scorers.registry.SCORERS`: simulation, detection, fuzzing, embedding, cosy, polysemanticity
     (PRISM's, over stored descriptions) or complexity (an LLM rates each rule 0..5)."""
     negatives: str = defaults.NEGATIVES
     """RANDOM, RANDOM_NEGATIVE, SIMILAR or SIMILAR_NEGATIVE (tree paper default: SIMILAR_NEGATIVE). Unused by

@@ -18,14 +18,14 @@ from typing import ClassVar
 
 import numpy as np
 
-from sae_workbench.evaluation.base import (
+from sae_workbench.evaluation.scorers.base import (
     ScoreBackends,
     ScoreConfig,
     ScoreOutcome,
     ScorerDefaults,
     TestRecords,
 )
-from sae_workbench.evaluation.prompts.complexity import COMPLEXITY_PROMPT_VERSION, complexity_messages
+from sae_workbench.evaluation.scorers.prompts.complexity import COMPLEXITY_PROMPT_VERSION, complexity_messages
 from sae_workbench.examples.rules import parse_rules
 from sae_workbench.llm.client import LLMClient, LLMMalformedOutputError, LLMRequest
 from sae_workbench.llm.config import LLMNotConfiguredError

@@ -29,7 +29,7 @@ import numpy as np
 import torch
 
 from sae_workbench.errors import WorkbenchError
-from sae_workbench.evaluation.base import (
+from sae_workbench.evaluation.scorers.base import (
     Detail,
     ScoreBackends,
     ScoreConfig,
@@ -39,14 +39,14 @@ from sae_workbench.evaluation.base import (
     ScorerInputs,
     TestRecords,
 )
-from sae_workbench.evaluation.prompts.cosy import (
+from sae_workbench.evaluation.scorers.metrics import auroc, mad, mann_whitney_p
+from sae_workbench.evaluation.scorers.prompts.cosy import (
     COSY_PAPER_PROMPT_VERSION,
     COSY_PROMPT_VERSION,
     N_TEXTS,
     cosy_messages,
 )
-from sae_workbench.evaluation.scoring import auroc, mad, mann_whitney_p
-from sae_workbench.evaluation.simulation import UnscorableExplanationError, scorable_explanation
+from sae_workbench.evaluation.scorers.simulation import UnscorableExplanationError, scorable_explanation
 from sae_workbench.explainers.lexical import match_rule_text
 from sae_workbench.explainers.prism import cluster_descriptions
 from sae_workbench.llm.client import LLMClient, LLMRequest

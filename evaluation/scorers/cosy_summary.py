@@ -29,7 +29,7 @@ from typing import Literal
 import numpy as np
 
 from sae_workbench.errors import WorkbenchError
-from sae_workbench.evaluation.scoring import t_confidence_interval
+from sae_workbench.evaluation.scorers.metrics import t_confidence_interval
 
 Rule = Literal["mean", "max"]
 RULES: tuple[Rule, ...] = ("mean", "max")

@@ -1,17 +1,9 @@
-"""Detection and fuzzing scorers, delphi-style (Paulo et al. 2024, "Automatically Interpreting Millions of Features
-in Large Language Models", github.com/EleutherAI/delphi).
+"""Detection scorer and the classifiers it shares with fuzzing, delphi-style (Paulo et al. 2024, "Automatically
+Interpreting Millions of Features in Large Language Models", github.com/EleutherAI/delphi).
 
-- Detection: a classifier sees whole windows (positives and negatives of one source) and says which ones activate
-  the feature according to the explanation.
-- Fuzzing: it sees windows with some tokens highlighted and says whether every highlighted token is one the feature
-  fires on. As in delphi, three kinds of item: each positive highlighted on its truly active tokens (label 1); the
-  same positive mis-highlighted on as many tokens where the feature does NOT fire (label 0); each negative of the
-  chosen source highlighted on as many random tokens as a randomly drawn positive has active (label 0). The
-  mis-highlighted positives are what separates a correct explanation from an over-broad one: both call the true
-  highlights correct, but only the over-broad one also calls wrong tokens of the same window correct. delphi gives
-  mis-highlighted items ceil(mean active count over the test positives) highlights; we give each one its own
-  positive's count, so the number of highlights never tells the label apart. All random choices come from `seed`.
-Metrics: accuracy, F1, balanced accuracy (evaluation.scoring.classification_metrics).
+Detection: a classifier sees whole windows (positives and negatives of one source) and says which ones activate the
+feature according to the explanation. Fuzzing (`evaluation.scorers.fuzzing`) asks the same classifiers about
+highlighted tokens. Metrics: accuracy, F1, balanced accuracy (evaluation.scorers.metrics.classification_metrics).
 
 Classifiers: `LLMClassifier` (delphi-style prompts, several windows per call, answers a strict JSON 0/1 array) or,
 offline, `LexicalRuleClassifier` — lexical rule matching through a simulator, named as such in every score.
@@ -25,22 +17,22 @@ from typing import Any, ClassVar, Literal, Protocol, Self
 
 import numpy as np
 
-from sae_workbench.evaluation.base import (
+from sae_workbench.evaluation.scorers.base import (
     ScoreBackends,
     ScoreConfig,
     ScoreOutcome,
     ScorerDefaults,
     TestRecords,
 )
-from sae_workbench.evaluation.prompts.detection import (
+from sae_workbench.evaluation.scorers.metrics import ClassificationMetrics, classification_metrics
+from sae_workbench.evaluation.scorers.prompts.detection import (
     DETECTION_PROMPT_VERSION,
     FUZZING_PROMPT_VERSION,
     detection_messages,
     fuzzing_messages,
     highlight,
 )
-from sae_workbench.evaluation.scoring import ClassificationMetrics, classification_metrics
-from sae_workbench.evaluation.simulation import (
+from sae_workbench.evaluation.scorers.simulation import (
     FALSE_POSITIVE_LEVEL,
     ScorableExplanation,
     scorable_explanation,
@@ -55,8 +47,6 @@ from sae_workbench.status import Status
 from sae_workbench.store import ExplanationRecord
 
 DETECTION_SCORER_VERSION = "detection-v1"
-# v2: adds mis-highlighted positives (delphi) and judges highlights correct only when every one is predicted active.
-FUZZING_SCORER_VERSION = "fuzzing-v2"
 
 Task = Literal["detection", "fuzzing"]
 ItemKind = Literal["positive", "mis_highlighted", "negative"]
@@ -82,50 +72,6 @@ def detection_items(positives: Sequence[Record], negatives: Sequence[Record]) ->
     return [ClassificationItem(r, True) for r in positives] + [
         ClassificationItem(r, False, kind="negative") for r in negatives
     ]
-
-
-def _random_marks(n_tokens: int, candidates_K: np.ndarray, k: int, rng: np.random.Generator) -> np.ndarray:
-    """(n_tokens,) bool with `k` of `candidates_K` marked, drawn without replacement."""
-    marked = np.zeros(n_tokens, dtype=bool)
-    if k:
-        marked[rng.choice(candidates_K, size=k, replace=False)] = True
-    return marked
-
-
-def fuzzing_items(
-    positives: Sequence[Record], negatives: Sequence[Record], seed: int
-) -> list[ClassificationItem]:
-    """delphi's fuzzing items, in this order: positives highlighted on their active tokens (label 1); the same
-    positives highlighted on as many tokens where the feature does not fire (label 0; a positive with no active or
-    no inactive token gets no such copy; capped at its inactive tokens); negatives highlighted on as many random
-    tokens as a positive drawn at random has active (label 0). Seeded: the mis-highlights are drawn first, so they
-    do not depend on the negatives, and the same negatives get the same highlights."""
-    rng = np.random.default_rng(seed)
-    items = [ClassificationItem(r, True, r.acts > 0) for r in positives]
-    for r in positives:
-        active = r.acts > 0
-        idle_K = np.flatnonzero(~active)
-        k = min(int(active.sum()), len(idle_K))
-        if k:
-            items.append(
-                ClassificationItem(r, False, _random_marks(len(r), idle_K, k, rng), "mis_highlighted")
-            )
-    counts = [int(np.sum(r.acts > 0)) for r in positives if np.any(r.acts > 0)] or [1]
-    for r in negatives:
-        k = min(len(r), int(rng.choice(counts)))
-        items.append(
-            ClassificationItem(r, False, _random_marks(len(r), np.arange(len(r)), k, rng), "negative")
-        )
-    return items
-
-
-def classification_items(
-    task: Task, positives: Sequence[Record], negatives: Sequence[Record], seed: int = 0
-) -> list[ClassificationItem]:
-    """The task's items (detection: whole windows; fuzzing: highlighted windows, seeded)."""
-    if task == "detection":
-        return detection_items(positives, negatives)
-    return fuzzing_items(positives, negatives, seed)
 
 
 class Classifier(Protocol):
@@ -235,19 +181,6 @@ async def score_items(
     return classification_metrics(preds, np.array([it.label for it in items], dtype=bool))
 
 
-async def score_classification(
-    classifier: Classifier,
-    task: Task,
-    explanation: ScorableExplanation,
-    positives: Sequence[Record],
-    negatives: Sequence[Record],
-    seed: int = 0,
-) -> ClassificationMetrics:
-    """Build the task's items, classify them, and compute accuracy / F1 / balanced accuracy."""
-    items = classification_items(task, positives, negatives, seed)
-    return await score_items(classifier, task, explanation, items)
-
-
 class DetectionScorer(ScorerDefaults):
     """Balanced accuracy of telling test positives from test negatives by the explanation (delphi's detection)."""
 
@@ -259,7 +192,7 @@ class DetectionScorer(ScorerDefaults):
     task: ClassVar[Task] = "detection"
 
     def __init__(self, classifier: Classifier, seed: int = 0) -> None:
-        """Classify with `classifier`; `seed` draws fuzzing's highlights."""
+        """Classify with `classifier`; `seed` draws fuzzing's highlights (unused by detection)."""
         self.classifier = classifier
         self.seed = seed
 
@@ -277,23 +210,21 @@ class DetectionScorer(ScorerDefaults):
         """The classifier's prompt version for this task ('' for lexical rule matching)."""
         return self.classifier.prompt_version(self.task)
 
+    def items(self, tests: TestRecords) -> list[ClassificationItem]:
+        """The windows to classify: the test positives (label 1) and negatives (label 0), whole."""
+        return detection_items(tests.positives, tests.negatives)
+
+    def item_counts(self, items: Sequence[ClassificationItem]) -> dict[str, Any]:
+        """Counts of item kinds recorded beside the metrics (none for detection)."""
+        return {}
+
     async def score(self, explanation: ExplanationRecord, tests: TestRecords | None) -> ScoreOutcome:
         """Classify the task's items and compute the metrics."""
         assert tests is not None
         scorable = scorable_explanation(explanation.text, explanation.rules)
-        items = classification_items(self.task, tests.positives, tests.negatives, seed=self.seed)
+        items = self.items(tests)
         metrics: dict[str, Any] = dict(
             (await score_items(self.classifier, self.task, scorable, items)).to_dict()
         )
-        if self.task == "fuzzing":
-            # delphi's mis-highlighted positives (label 0) next to the correctly highlighted ones and the negatives.
-            metrics["n_mis_highlighted"] = sum(it.kind == "mis_highlighted" for it in items)
+        metrics.update(self.item_counts(items))
         return ScoreOutcome(Status.OK, metrics, self.headline)
-
-
-class FuzzingScorer(DetectionScorer):
-    """Balanced accuracy of judging highlighted tokens (delphi's fuzzing; see the module docstring)."""
-
-    name: ClassVar[str] = "fuzzing"
-    version: ClassVar[str] = FUZZING_SCORER_VERSION
-    task: ClassVar[Task] = "fuzzing"

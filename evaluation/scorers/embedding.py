@@ -13,7 +13,7 @@ from typing import ClassVar
 
 import numpy as np
 
-from sae_workbench.evaluation.base import (
+from sae_workbench.evaluation.scorers.base import (
     Embedder,
     ScoreBackends,
     ScoreConfig,
@@ -21,8 +21,8 @@ from sae_workbench.evaluation.base import (
     ScorerDefaults,
     TestRecords,
 )
-from sae_workbench.evaluation.scoring import auroc
-from sae_workbench.evaluation.simulation import scorable_explanation
+from sae_workbench.evaluation.scorers.metrics import auroc
+from sae_workbench.evaluation.scorers.simulation import scorable_explanation
 from sae_workbench.status import Status
 from sae_workbench.store import ExplanationRecord
 

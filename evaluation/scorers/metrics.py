@@ -1,7 +1,7 @@
 """Pure metric functions shared by every scorer: correlation, classification, ranking and effect-size metrics.
 
 Nothing here touches the store, a model or an LLM; every function takes arrays and returns numbers, so each
-formula has a hand-computed unit test (tests/test_scoring_formulas.py).
+formula has a hand-computed unit test (tests/evaluation/scorers/test_scoring_formulas.py).
 
     >>> pooled_pearson([np.array([0.0, 1.0]), np.array([0.0, 0.0])], [np.array([0.0, 2.0]), np.array([0.0, 0.0])])
     1.0

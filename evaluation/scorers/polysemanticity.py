@@ -5,10 +5,10 @@
   drawn from other features. The paper reports e.g. GPT-2 small SAE .458 vs .335 random.
 - Tree paper (Ma et al. NeurIPS 2025): explain with rule caps r = 1..5; for each r take the best test score over
   caps ≤ r over the best over all caps; polysemanticity = smallest r reaching ≥ 0.9. Features whose best score is
-  ≤ 0 or NaN are skipped (None). Per-layer means come with a t confidence interval. `evaluation.rule_cap_sweep`
+  ≤ 0 or NaN are skipped (None). Per-layer means come with a t confidence interval. `evaluation.reproductions.rule_cap_sweep`
   runs it (`workbench polysemanticity-sweep`): the explain job at each cap, the score job's simulation scorer on
   each explanation's test third, then the measure per feature and the mean over the SAE's features.
-- Complexity (tree paper): an LLM rates each rule 0..5 — `evaluation.complexity` (`workbench score --scorer
+- Complexity (tree paper): an LLM rates each rule 0..5 — `evaluation.scorers.complexity` (`workbench score --scorer
   complexity`); `rate_complexity` is re-exported here.
 
 `PolysemanticityScorer` (`workbench score --scorer polysemanticity`) scores every stored PRISM explanation: its
@@ -26,7 +26,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from sae_workbench.evaluation.base import (
+from sae_workbench.evaluation.scorers.base import (
     Detail,
     ScoreBackends,
     ScoreConfig,
@@ -34,8 +34,8 @@ from sae_workbench.evaluation.base import (
     ScorerDefaults,
     TestRecords,
 )
-from sae_workbench.evaluation.complexity import COMPLEXITY_PROMPT_VERSION, rate_complexity
-from sae_workbench.evaluation.scoring import MeanCI, t_confidence_interval
+from sae_workbench.evaluation.scorers.complexity import COMPLEXITY_PROMPT_VERSION, rate_complexity
+from sae_workbench.evaluation.scorers.metrics import MeanCI, t_confidence_interval
 from sae_workbench.explainers.prism import cluster_descriptions
 from sae_workbench.status import Status
 from sae_workbench.store import ExplanationRecord

@@ -3,7 +3,7 @@
     result = run_scoring_ray(store, sae_id, ScoreConfig("simulation"), llm=LLMConfig(...), workers=2, qps=20)
 
 Design (specs/scale.md 4.1 explain/score row, 4.3): the driver plans the run exactly as the local loop does
-(`score_job.plan_scoring`: pending = requested explanations minus stored score keys; the split's negatives drawn
+(`job.plan_scoring`: pending = requested explanations minus stored score keys; the split's negatives drawn
 first), builds each pending explanation's provenance and test records from the store, and records dead features
 and explanations without positive test records itself. Live ones go to `ScoreWorker` actors in batches with their
 test records; a worker builds the same scorer from the same components (`score_backends`), runs its `prepare` over
@@ -31,15 +31,21 @@ from typing import Any, ParamSpec, TypeVar
 from tqdm.auto import tqdm
 
 from sae_workbench.errors import WorkbenchError
-from sae_workbench.evaluation.base import (
+from sae_workbench.evaluation.scorers.base import (
     ScoreConfig,
     ScoreConfigError,
     ScoreOutcome,
     TestRecords,
 )
-from sae_workbench.evaluation.registry import make_scorer, scorer_class
-from sae_workbench.evaluation.results import ScoreJobResult
-from sae_workbench.evaluation.score_job import base_provenance, judge, plan_scoring, score_backends, tests_of
+from sae_workbench.evaluation.scorers.job import (
+    base_provenance,
+    judge,
+    plan_scoring,
+    score_backends,
+    tests_of,
+)
+from sae_workbench.evaluation.scorers.registry import make_scorer, scorer_class
+from sae_workbench.evaluation.scorers.results import ScoreJobResult
 from sae_workbench.explainers.ray_workers import (
     BATCHES_PER_WORKER,
     DEFAULT_BATCH,
@@ -154,7 +160,7 @@ async def run_scoring_ray_async(
     ray_config: RayConfig | None = None,
     env: Mapping[str, str] | None = None,
 ) -> ScoreJobResult:
-    """Score like `score_job.run_scoring` with the same components (`score_backends`), on Ray workers (awaitable;
+    """Score like `job.run_scoring` with the same components (`score_backends`), on Ray workers (awaitable;
     `run_scoring_ray` runs it to completion)."""
     why = scorer_class(config.scorer).local_only
     if why:

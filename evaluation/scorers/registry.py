@@ -5,13 +5,14 @@ scorer = make_scorer(ScoreConfig("simulation", "SIMILAR_NEGATIVE"), ScoreBackend
 
 from __future__ import annotations
 
-from sae_workbench.evaluation.base import ScoreBackends, ScoreConfig, ScoreConfigError, Scorer
-from sae_workbench.evaluation.complexity import ComplexityScorer
-from sae_workbench.evaluation.cosy import CosyScorer
-from sae_workbench.evaluation.detection import DetectionScorer, FuzzingScorer
-from sae_workbench.evaluation.embedding_scorer import EmbeddingScorer
-from sae_workbench.evaluation.polysemanticity import PolysemanticityScorer
-from sae_workbench.evaluation.simulation import SimulationScorer
+from sae_workbench.evaluation.scorers.base import ScoreBackends, ScoreConfig, ScoreConfigError, Scorer
+from sae_workbench.evaluation.scorers.complexity import ComplexityScorer
+from sae_workbench.evaluation.scorers.cosy import CosyScorer
+from sae_workbench.evaluation.scorers.detection import DetectionScorer
+from sae_workbench.evaluation.scorers.embedding import EmbeddingScorer
+from sae_workbench.evaluation.scorers.fuzzing import FuzzingScorer
+from sae_workbench.evaluation.scorers.polysemanticity import PolysemanticityScorer
+from sae_workbench.evaluation.scorers.simulation import SimulationScorer
 
 SCORERS: dict[str, type[Scorer]] = {
     "simulation": SimulationScorer,

@@ -8,7 +8,7 @@ pair present: SIMILAR_NEGATIVE vs RANDOM_NEGATIVE, SIMILAR_NEGATIVE vs RANDOM, S
 random negatives hide false positives). A third shows PRISM polysemanticity (mean pairwise cosine of a feature's
 descriptions vs the same for random descriptions of other features; lower = more distinct concepts). A fourth shows
 rule complexity (an LLM's 0..5 rating of each rule, tree paper; lower = simpler), per explainer and rating LLM. A
-fifth shows CoSy description scores summarised as PRISM's Table 1 prints them (evaluation/cosy_summary.py, the same
+fifth shows CoSy description scores summarised as PRISM's Table 1 prints them (evaluation/scorers/cosy_summary.py, the same
 functions that reproduce the paper's Table 1 from its released results): PRISM (mean) over all description rows,
 PRISM (max) over each feature's best description, AUC with its 95% t CI and MAD ± SD.
 
@@ -25,20 +25,20 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sae_workbench.evaluation.cosy_summary import (
+from sae_workbench.evaluation.scorers.cosy_summary import (
     RULES,
     CosySummary,
     DescriptionScore,
     summarise_cosy,
     summarise_polysemanticity,
 )
-from sae_workbench.evaluation.registry import SCORERS
-from sae_workbench.evaluation.scoring import t_confidence_interval
+from sae_workbench.evaluation.scorers.metrics import t_confidence_interval
+from sae_workbench.evaluation.scorers.registry import SCORERS
 from sae_workbench.status import Status
 from sae_workbench.store import Store
 
 # Scorers whose headline metric the main table shows (higher is better for all of them); polysemanticity and
-# complexity have tables of their own. The metric is the scorer's own (`evaluation.registry`).
+# complexity have tables of their own. The metric is the scorer's own (`evaluation.scorers.registry`).
 TABLE_SCORERS = ("simulation", "detection", "fuzzing", "embedding", "cosy")
 HEADLINE = {name: SCORERS[name].headline for name in TABLE_SCORERS}
 

@@ -20,14 +20,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from sae_workbench.errors import WorkbenchError
-from sae_workbench.evaluation.base import (
+from sae_workbench.evaluation.scorers.base import (
     ScoreBackends,
     ScoreConfig,
     ScoreOutcome,
     ScorerDefaults,
     TestRecords,
 )
-from sae_workbench.evaluation.scoring import per_record_pearson
+from sae_workbench.evaluation.scorers.metrics import per_record_pearson
 from sae_workbench.examples.records import Record
 from sae_workbench.examples.rules import Rule
 

@@ -12,7 +12,7 @@ import pytest
 import typer
 
 from sae_workbench import defaults
-from sae_workbench.cli import loaders, options
+from sae_workbench.cli import options
 from sae_workbench.errors import ContextSizeError, HookNotFoundError
 from sae_workbench.features import FeatureSpecError, parse_features
 
@@ -161,7 +161,7 @@ def test_explain_and_score_defaults_come_from_the_defaults_module(name: str, par
 
 def test_library_configs_default_to_the_cli_defaults() -> None:
     """The configs the commands build (and their library callers get) agree with the CLI's defaults."""
-    from sae_workbench.evaluation.base import ScoreConfig, ScorerInputs
+    from sae_workbench.evaluation.scorers.base import ScoreConfig, ScorerInputs
     from sae_workbench.examples.rules import DEFAULT_RULE_CAP
     from sae_workbench.examples.sampling import NegativeSource
     from sae_workbench.examples.testsets import PER_SPLIT, SplitConfig
@@ -245,9 +245,9 @@ def test_parse_features_rejects_with_a_typed_error(spec: str, message: str) -> N
 
 
 def test_load_subject_checks_hooks_and_window_size_once() -> None:
-    model = loaders.load_subject("tiny", ["blocks.1.hook_resid_post"], 32)
+    model = options.load_subject("tiny", ["blocks.1.hook_resid_post"], 32)
     assert model.cfg.n_layers == 2
     with pytest.raises(HookNotFoundError, match=r"blocks\.9\.hook_resid_post"):
-        loaders.load_subject("tiny", ["blocks.9.hook_resid_post"])
+        options.load_subject("tiny", ["blocks.9.hook_resid_post"])
     with pytest.raises(ContextSizeError):
-        loaders.load_subject("tiny", ["blocks.1.hook_resid_post"], 10_000)
+        options.load_subject("tiny", ["blocks.1.hook_resid_post"], 10_000)

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sae_workbench.evaluation.absorption import AbsorptionConfig, AbsorptionPresetError
-from sae_workbench.evaluation.base import ScoreConfigError
-from sae_workbench.evaluation.cosy import CosyConfig, CosyScorer
+from sae_workbench.evaluation.absorption.eval import AbsorptionConfig, AbsorptionPresetError
+from sae_workbench.evaluation.scorers.base import ScoreConfigError
+from sae_workbench.evaluation.scorers.cosy import CosyConfig, CosyScorer
 from sae_workbench.explainers.prism import (
     PAPER_EMBEDDING_MODEL,
     PrismConfig,

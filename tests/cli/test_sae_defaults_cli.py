@@ -95,7 +95,7 @@ def test_absorption_accepts_an_alias_of_the_probed_model(app, tmp_path: Path, mo
 
 
 def test_absorption_refuses_another_model_unless_forced(app, tmp_path: Path, monkeypatch, caplog) -> None:
-    from sae_workbench.evaluation.absorption import ProbeTooWeakError
+    from sae_workbench.evaluation.absorption.eval import ProbeTooWeakError
     from sae_workbench.model_identity import ModelMismatchError
 
     monkeypatch.setenv("WORKBENCH_HOME", str(_home(tmp_path)))

@@ -82,7 +82,7 @@ def test_cli_and_api_from_a_folder_with_look_alike_modules(tmp_path: Path) -> No
     code = (
         "from sae_workbench.store import Store\n"
         "from sae_workbench.sae.io import load_sae\n"
-        "from sae_workbench.evaluation.score_job import run_scoring\n"
+        "from sae_workbench.evaluation.scorers.job import run_scoring\n"
         "import sae_workbench.app.queries\n"
         "print('api ok')\n"
     )

@@ -15,7 +15,7 @@ from collections import Counter
 import numpy as np
 import pytest
 
-from sae_workbench.evaluation.score_job import ScoreConfig, run_scoring
+from sae_workbench.evaluation.scorers.job import ScoreConfig, run_scoring
 from sae_workbench.explainers.job import ExplainJob
 from sae_workbench.explainers.prism import PrismExplainer
 from sae_workbench.store import Store

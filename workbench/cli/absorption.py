@@ -20,7 +20,7 @@ from typing import Any
 import typer
 
 from sae_workbench import defaults
-from sae_workbench.cli import loaders, options
+from sae_workbench.cli import options
 from sae_workbench.errors import WorkbenchError
 
 log = logging.getLogger(__name__)
@@ -32,7 +32,7 @@ class AbsorptionCLIError(WorkbenchError):
 
 def _print_toy(seed: int) -> None:
     """Run the three toy variants and print what they show."""
-    from sae_workbench.evaluation.toy_absorption import run_toy_variants
+    from sae_workbench.evaluation.absorption.toy import run_toy_variants
 
     typer.echo("toy model (Chanin et al. 2409.14507): 4 orthogonal features in R^50, p(f0)=0.25, others 0.05")
     typer.echo(
@@ -112,8 +112,8 @@ def absorption(
         raise AbsorptionCLIError(
             "pass --sae PATH (an SAE trained on --model), or --toy for the synthetic toy model."
         )
-    from sae_workbench.evaluation.absorption import AbsorptionConfig, run_absorption
-    from sae_workbench.evaluation.saebench_json import (
+    from sae_workbench.evaluation.absorption.eval import AbsorptionConfig, run_absorption
+    from sae_workbench.evaluation.absorption.saebench import (
         EVAL_TYPE_ABSORPTION,
         absorption_eval_config,
         absorption_eval_json,
@@ -125,10 +125,10 @@ def absorption(
 
     # Settings not given keep the preset's values (SAEBench's, cited in the configs).
     preset_cfg = AbsorptionConfig.named(preset)
-    step = loaders.step_lines(progress)
+    step = options.step_lines(progress)
     step(f"loading SAE {sae}")
     loaded = load_sae(sae)
-    model = loaders.model_for_sae(loaded, model, step)
+    model = options.model_for_sae(loaded, model, step)
     probing = replace(preset_cfg.probing, layer=_layer_for(loaded, layer), max_words=max_words)
     probing = replace(
         probing,

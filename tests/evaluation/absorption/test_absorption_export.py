@@ -1,4 +1,4 @@
-"""SAEBench-style JSON export (evaluation/saebench_json.py) and the `workbench absorption` command.
+"""SAEBench-style JSON export (evaluation/absorption/saebench.py) and the `workbench absorption` command.
 
 The absorption export is validated against SAEBench's own JSON schema (data/saebench/, from the sae-bench package).
 """
@@ -12,14 +12,14 @@ import jsonschema
 import pytest
 from typer.testing import CliRunner
 
-from sae_workbench.evaluation.absorption import (
+from sae_workbench.evaluation.absorption.eval import (
     AbsorbingFeature,
     AbsorptionConfig,
     AbsorptionMetrics,
     AbsorptionResult,
     LetterAbsorption,
 )
-from sae_workbench.evaluation.saebench_json import (
+from sae_workbench.evaluation.absorption.saebench import (
     absorption_eval_json,
     core_eval_json,
     group_core_metrics,
@@ -28,7 +28,7 @@ from sae_workbench.evaluation.saebench_json import (
 )
 
 SCHEMA_PATH = (
-    Path(__file__).resolve().parents[2] / "data/saebench/eval_output_schema_absorption_first_letter.json"
+    Path(__file__).resolve().parents[3] / "data/saebench/eval_output_schema_absorption_first_letter.json"
 )
 
 
@@ -126,7 +126,7 @@ def test_word_token_offset_points_at_the_word(tiny_model) -> None:
         offset == -6
     )  # " has", " the", " first", " letter", ":" follow the word: SAEBench's default position
     # The offset finds the word in a real prompt with ICL examples, whichever one-token word it is.
-    from sae_workbench.evaluation.probing import build_prompt
+    from sae_workbench.evaluation.absorption.probes import build_prompt
 
     for word in (" ocean", " House", " tin"):
         assert len(tok(word, add_special_tokens=False)["input_ids"]) == 1

@@ -1,9 +1,9 @@
-"""Hand-computed cases for SAEBench's absorption definitions (evaluation/absorption.py)."""
+"""Hand-computed cases for SAEBench's absorption definitions (evaluation/absorption/eval.py)."""
 
 import pytest
 import torch
 
-from sae_workbench.evaluation.absorption import (
+from sae_workbench.evaluation.absorption.eval import (
     AbsorptionThresholds,
     LetterAbsorption,
     ProbeTooWeakError,

@@ -2,8 +2,12 @@
 
 import pytest
 
-from sae_workbench.evaluation.absorption import AbsorptionConfig, evaluate_absorption
-from sae_workbench.evaluation.probing import ProbingConfig, collect_probe_activations, train_letter_probes
+from sae_workbench.evaluation.absorption.eval import AbsorptionConfig, evaluate_absorption
+from sae_workbench.evaluation.absorption.probes import (
+    ProbingConfig,
+    collect_probe_activations,
+    train_letter_probes,
+)
 
 # ≥ 20k words: with 4k words the rare letters (x, y, z) fall below F1 0.6 (design.md). Same settings as the
 # benchmark, so the cached residuals are shared.

@@ -1,4 +1,4 @@
-"""First-letter probing data and k-sparse probing (evaluation/probing.py) on the tiny model and planted data."""
+"""First-letter probing data and k-sparse probing (evaluation/absorption/probes.py) on the tiny model and planted data."""
 
 from dataclasses import replace
 
@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 import scipy.sparse as sp
 
-from sae_workbench.evaluation.absorption import AbsorptionConfig, ProbeTooWeakError, run_absorption
-from sae_workbench.evaluation.probing import (
+from sae_workbench.evaluation.absorption.eval import AbsorptionConfig, ProbeTooWeakError, run_absorption
+from sae_workbench.evaluation.absorption.probes import (
     LETTERS,
     ProbingConfig,
     alphabetic_vocab,
@@ -52,7 +52,7 @@ def test_split_and_cache(tiny_model, tmp_path, monkeypatch) -> None:
 def test_prompts_put_bos_first_and_read_the_word_token(tiny_model) -> None:
     import random
 
-    from sae_workbench.evaluation.probing import _prompts
+    from sae_workbench.evaluation.absorption.probes import _prompts
 
     tok = tiny_model.tokenizer
     words = [(tid, w) for tid, w in alphabetic_vocab(tok)][::997]
@@ -84,7 +84,7 @@ def test_weak_probes_are_refused_with_f1s(tiny_model, tmp_path, monkeypatch) -> 
 def test_sae_from_another_model_is_refused(tiny_model) -> None:
     from sae_lens import SAE, StandardSAEConfig
 
-    from sae_workbench.evaluation.absorption import SAEMismatchError, check_sae_fits_probe
+    from sae_workbench.evaluation.absorption.eval import SAEMismatchError, check_sae_fits_probe
 
     with pytest.raises(SAEMismatchError, match="d_in=576"):
         check_sae_fits_probe(
@@ -130,7 +130,7 @@ def test_k_sparse_probing_finds_planted_and_split_features() -> None:
 def test_letter_probes_train_at_saebench_batch_64_and_honour_the_field() -> None:
     """SAEBench trains the letter probes at batch 64 (common.py train_and_save_probes → train_linear_probe_for_task);
     the field reaches the optimiser: 64 and 4096 give different probes, 4096 ≥ N equals one full batch per epoch."""
-    from sae_workbench.evaluation.probing import ProbeActivations, train_letter_probes
+    from sae_workbench.evaluation.absorption.probes import ProbeActivations, train_letter_probes
 
     assert ProbingConfig().probe_batch_size == 64
     rng = np.random.default_rng(0)

@@ -1,4 +1,4 @@
-"""The toy model of absorption (evaluation/toy_absorption.py) reproduces the paper's findings from RANDOM starts.
+"""The toy model of absorption (evaluation/absorption/toy.py) reproduces the paper's findings from RANDOM starts.
 
 Every SAE here starts from random decoders (`init_true=False`), never at the true features. Measured on this machine
 (CPU torch, seeds 0-5, 1,500 Adam steps, dead latents resampled during the first half):
@@ -15,7 +15,7 @@ from dataclasses import replace
 import pytest
 import torch
 
-from sae_workbench.evaluation.toy_absorption import (
+from sae_workbench.evaluation.absorption.toy import (
     ToyConfig,
     ToySAE,
     analytic_family,

@@ -25,7 +25,7 @@ from sae_lens import StandardSAE, StandardSAEConfig
 from sae_workbench.evaluation.attribution.depass import depass_tokens, depass_upstream
 from sae_workbench.evaluation.attribution.export import cantor_pair, graph_json, upstream_graph_json
 
-DATA = Path(__file__).resolve().parents[1] / "data"
+DATA = Path(__file__).resolve().parents[2] / "data"
 NEURONPEDIA = json.loads((DATA / "neuronpedia/graph-schema.json").read_text())
 CIRCUIT_TRACER = json.loads((DATA / "circuit_tracer_graph.schema.json").read_text())
 HOOK, UP_HOOK = "blocks.1.hook_resid_post", "blocks.0.hook_resid_post"

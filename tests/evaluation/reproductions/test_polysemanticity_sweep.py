@@ -12,9 +12,9 @@ import pytest
 from typer.testing import CliRunner
 
 from sae_workbench import cli
-from sae_workbench.evaluation.polysemanticity import tree_polysemanticity
-from sae_workbench.evaluation.rule_cap_sweep import rule_cap_sweep
-from sae_workbench.evaluation.score_job import ScoreConfigError
+from sae_workbench.evaluation.reproductions.rule_cap_sweep import rule_cap_sweep
+from sae_workbench.evaluation.scorers.job import ScoreConfigError
+from sae_workbench.evaluation.scorers.polysemanticity import tree_polysemanticity
 from sae_workbench.explainers.base import ExplainConfig
 from sae_workbench.llm.config import LLMConfig
 from tests.explainers.test_explain_support import PLANTED_SAE, build_planted_store

@@ -3,7 +3,7 @@
 The expected strings are the paper's printed values (Kopf et al., NeurIPS 2025, arXiv 2506.15538: Table 1, the
 appendix's number-of-clusters and sanity-check tables, and the polysemanticity figures of §4), not outputs of our
 code. The data are the numeric columns of lkopf/prism `results/*.csv`, in ../shared/data/prism-table1 (override with
-PRISM_TABLE1_DATA). They go through evaluation/cosy_summary.py, the aggregation the project's report uses.
+PRISM_TABLE1_DATA). They go through evaluation/scorers/cosy_summary.py, the aggregation the project's report uses.
 """
 
 import math
@@ -14,23 +14,23 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sae_workbench.evaluation.cosy_summary import (
+from sae_workbench.evaluation.reproductions.prism_table1 import (
+    PrismReferenceDataError,
+    ReferenceTables,
+    cosy_file,
+    reference_tables,
+)
+from sae_workbench.evaluation.scorers.cosy_summary import (
     CosySummaryError,
     DescriptionScore,
     per_feature_max,
     summarise_cosy,
     summarise_polysemanticity,
 )
-from sae_workbench.evaluation.prism_reference import (
-    PrismReferenceDataError,
-    ReferenceTables,
-    cosy_file,
-    reference_tables,
-)
 
 DATA = Path(
     os.environ.get(
-        "PRISM_TABLE1_DATA", Path(__file__).resolve().parents[2].parent / "shared/data/prism-table1"
+        "PRISM_TABLE1_DATA", Path(__file__).resolve().parents[3].parent / "shared/data/prism-table1"
     )
 )
 needs_data = pytest.mark.skipif(not DATA.is_dir(), reason=f"PRISM result CSVs not found at {DATA}")
@@ -111,7 +111,7 @@ def test_counts_are_the_papers_feature_sets(tables: ReferenceTables) -> None:
 def test_averaging_per_feature_first_would_not_reproduce_table1() -> None:
     # The old project rule (mean of per-feature means, SD over features) printed 0.65 (0.57-0.73) and 1.24±1.99 for
     # GPT-2 XL's PRISM (mean) (fidelity audit §1.4): the rule, not just the mean, is what the paper prints.
-    from sae_workbench.evaluation.prism_reference import load_cosy_csv
+    from sae_workbench.evaluation.reproductions.prism_table1 import load_cosy_csv
 
     rows = load_cosy_csv(DATA / cosy_file("gpt2-xl"))
     by_feature: dict[object, list[DescriptionScore]] = {}
@@ -189,8 +189,8 @@ def test_cli_prints_the_table() -> None:
 def test_report_path_reproduces_table1_from_stored_cosy_scores(tmp_path: Path) -> None:
     """The paper's GPT-2 XL PRISM scores stored as our CoSy scores give Table 1's cells in `workbench report`."""
     from sae_workbench.cli import _register_stage_commands, app
-    from sae_workbench.evaluation.prism_reference import load_cosy_csv
-    from sae_workbench.evaluation.report import cosy_rows, render_csv
+    from sae_workbench.evaluation.reproductions.prism_table1 import load_cosy_csv
+    from sae_workbench.evaluation.scorers.report import cosy_rows, render_csv
     from sae_workbench.store import ExplanationRecord, ScoreRecord, Store
 
     rows = load_cosy_csv(DATA / cosy_file("gpt2-xl"))

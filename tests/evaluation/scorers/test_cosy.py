@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from sae_workbench.evaluation.cosy import (
+from sae_workbench.evaluation.scorers.cosy import (
     CorpusRuleGenerator,
     CorpusSnippet,
     CosyConfig,
@@ -19,11 +19,11 @@ from sae_workbench.evaluation.cosy import (
     ModelFeatureMeans,
     cosy_score,
 )
-from sae_workbench.evaluation.score_job import ScoreBackends, ScoreConfig, run_scoring
+from sae_workbench.evaluation.scorers.job import ScoreBackends, ScoreConfig, run_scoring
 from sae_workbench.llm.client import LLMClient
 from sae_workbench.llm.config import LLMConfig
 from sae_workbench.status import Status
-from tests.evaluation.test_scoring_planted import SAE_ID, build_planted_store
+from tests.evaluation.scorers.test_scoring_planted import SAE_ID, build_planted_store
 from tests.fake_llm import FakeLLM
 
 HOOK = "hook_embed"  # the token embedding: the planted encoder reads token identity exactly

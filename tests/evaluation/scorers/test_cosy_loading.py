@@ -10,10 +10,15 @@ from pathlib import Path
 import pytest
 
 from sae_workbench.corpus import default_bos_id, iter_windows, resolve_corpus
-from sae_workbench.evaluation.base import ScoreBackends, ScoreConfig, ScoreConfigError, ScorerInputs
-from sae_workbench.evaluation.cosy import CorpusRuleGenerator, CorpusSnippet, CosyScorer, ModelFeatureMeans
-from sae_workbench.evaluation.registry import SCORERS, make_scorer
-from sae_workbench.evaluation.score_job import run_scoring, score_backends
+from sae_workbench.evaluation.scorers.base import ScoreBackends, ScoreConfig, ScoreConfigError, ScorerInputs
+from sae_workbench.evaluation.scorers.cosy import (
+    CorpusRuleGenerator,
+    CorpusSnippet,
+    CosyScorer,
+    ModelFeatureMeans,
+)
+from sae_workbench.evaluation.scorers.job import run_scoring, score_backends
+from sae_workbench.evaluation.scorers.registry import SCORERS, make_scorer
 from sae_workbench.sae.indexing import IndexConfig, index_sae
 from sae_workbench.sae.io import compute_sae_id, load_sae, save_sae
 from sae_workbench.status import Status

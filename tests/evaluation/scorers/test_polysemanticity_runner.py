@@ -9,9 +9,9 @@ import numpy as np
 import pytest
 
 from sae_workbench.embeddings import embed_texts
-from sae_workbench.evaluation.polysemanticity import mean_pairwise_cosine
-from sae_workbench.evaluation.report import polysemanticity_rows, render_csv, render_markdown
-from sae_workbench.evaluation.score_job import ScoreConfig, run_scoring
+from sae_workbench.evaluation.scorers.job import ScoreConfig, run_scoring
+from sae_workbench.evaluation.scorers.polysemanticity import mean_pairwise_cosine
+from sae_workbench.evaluation.scorers.report import polysemanticity_rows, render_csv, render_markdown
 from sae_workbench.status import Status
 from sae_workbench.store import ExplanationRecord, Store
 

@@ -1,6 +1,6 @@
 """The Explainer/Scorer protocols and the one shared split, on a real store with planted features.
 
-- A toy explainer and a toy scorer, one file each (tests/explainers/toy_explainer.py, tests/evaluation/toy_scorer.py),
+- A toy explainer and a toy scorer, one file each (tests/explainers/toy_explainer.py, tests/evaluation/scorers/toy_scorer.py),
   join the registries with one line each and run through the explain and score jobs.
 - No scored test window was ever in an explainer's input: for every explainer (lexical, one-shot through the scripted
   LLM server, offline tree, offline PRISM) and every negative source of the explain run, scored under every negative
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import pytest
 
-from sae_workbench.evaluation.registry import SCORERS
-from sae_workbench.evaluation.score_job import ScoreConfig, run_scoring
+from sae_workbench.evaluation.scorers.job import ScoreConfig, run_scoring
+from sae_workbench.evaluation.scorers.registry import SCORERS
 from sae_workbench.examples.sampling import NegativeSource
 from sae_workbench.examples.testsets import draw_split
 from sae_workbench.explainers.job import ExplainConfig, ExplainJob
@@ -20,7 +20,7 @@ from sae_workbench.explainers.prism import PrismConfig, PrismExplainer
 from sae_workbench.explainers.registry import EXPLAINERS
 from sae_workbench.llm.config import LLMConfig
 from sae_workbench.status import Status
-from tests.evaluation.toy_scorer import ToyScorer
+from tests.evaluation.scorers.toy_scorer import ToyScorer
 from tests.explainers.test_explain_llm import smart
 from tests.explainers.test_explain_support import PLANTED_SAE, build_planted_store
 from tests.explainers.toy_explainer import ToyExplainer

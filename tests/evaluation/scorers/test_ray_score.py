@@ -1,4 +1,4 @@
-"""`score --backend ray` (evaluation/ray_score.py): the same score rows as the local loop, offline (lexical
+"""`score --backend ray` (evaluation/scorers/ray_backend.py): the same score rows as the local loop, offline (lexical
 simulation) and with the scripted LLM (detection), and a rerun scores nothing twice.
 
 Runs on the session's local Ray cluster (tests/conftest.py `ray_cluster`) and the scripted OpenAI-compatible server
@@ -17,9 +17,9 @@ from pathlib import Path
 import duckdb
 import pytest
 
-from sae_workbench.evaluation.base import ScoreConfig, ScoreConfigError
-from sae_workbench.evaluation.ray_score import run_scoring_ray
-from sae_workbench.evaluation.score_job import run_scoring, score_backends
+from sae_workbench.evaluation.scorers.base import ScoreConfig, ScoreConfigError
+from sae_workbench.evaluation.scorers.job import run_scoring, score_backends
+from sae_workbench.evaluation.scorers.ray_backend import run_scoring_ray
 from sae_workbench.explainers.job import ExplainConfig, ExplainJob
 from sae_workbench.faults import FAULT_EXIT_STATUS
 from sae_workbench.llm.cache import StoreCache

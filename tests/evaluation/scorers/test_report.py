@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from sae_workbench.evaluation.report import collect_rows, negative_deltas, render_csv, render_markdown
+from sae_workbench.evaluation.scorers.report import collect_rows, negative_deltas, render_csv, render_markdown
 from sae_workbench.store import ExplanationRecord, ScoreRecord, Store
-from tests.evaluation.test_scoring_planted import SAE_ID, build_planted_store
+from tests.evaluation.scorers.test_scoring_planted import SAE_ID, build_planted_store
 
 
 def _expl(feature: int, explainer: str) -> ExplanationRecord:

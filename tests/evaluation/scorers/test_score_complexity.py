@@ -13,7 +13,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sae_workbench import cli
-from sae_workbench.evaluation.score_job import ScoreConfig, run_scoring
+from sae_workbench.evaluation.scorers.job import ScoreConfig, run_scoring
 from sae_workbench.llm.config import LLMNotConfiguredError
 from sae_workbench.status import Status
 from sae_workbench.store import ExplanationRecord, Store

@@ -1,12 +1,12 @@
 """Golden tests of the scorers' prompts: exact text and version constants."""
 
-from sae_workbench.evaluation.prompts.complexity import COMPLEXITY_PROMPT_VERSION, complexity_messages
-from sae_workbench.evaluation.prompts.cosy import (
+from sae_workbench.evaluation.scorers.prompts.complexity import COMPLEXITY_PROMPT_VERSION, complexity_messages
+from sae_workbench.evaluation.scorers.prompts.cosy import (
     COSY_PAPER_PROMPT_VERSION,
     COSY_PROMPT_VERSION,
     cosy_messages,
 )
-from sae_workbench.evaluation.prompts.detection import (
+from sae_workbench.evaluation.scorers.prompts.detection import (
     DETECTION_PROMPT_VERSION,
     FUZZING_PROMPT_VERSION,
     detection_messages,

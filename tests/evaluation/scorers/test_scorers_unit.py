@@ -8,29 +8,24 @@ import math
 import numpy as np
 import pytest
 
-from sae_workbench.evaluation.cosy import (
+from sae_workbench.evaluation.scorers.cosy import (
     CorpusRuleGenerator,
     CorpusSnippet,
     LLMGenerator,
     cosy_score,
 )
-from sae_workbench.evaluation.cosy_summary import DescriptionScore, summarise_cosy
-from sae_workbench.evaluation.detection import (
-    ClassificationItem,
-    LexicalRuleClassifier,
-    LLMClassifier,
-    fuzzing_items,
-    score_classification,
-)
-from sae_workbench.evaluation.embedding_scorer import embedding_score
-from sae_workbench.evaluation.polysemanticity import (
+from sae_workbench.evaluation.scorers.cosy_summary import DescriptionScore, summarise_cosy
+from sae_workbench.evaluation.scorers.detection import ClassificationItem, LexicalRuleClassifier, LLMClassifier
+from sae_workbench.evaluation.scorers.fuzzing import fuzzing_items, score_classification
+from sae_workbench.evaluation.scorers.embedding import embedding_score
+from sae_workbench.evaluation.scorers.polysemanticity import (
     mean_pairwise_cosine,
     prism_polysemanticity,
     rate_complexity,
     tree_polysemanticity,
     tree_polysemanticity_summary,
 )
-from sae_workbench.evaluation.simulation import (
+from sae_workbench.evaluation.scorers.simulation import (
     LLMSimulator,
     UnscorableExplanationError,
     scorable_explanation,
@@ -201,7 +196,7 @@ def test_corpus_rule_generator_composes_matching_texts() -> None:
     gen = CorpusRuleGenerator(snippets, seed=0)
     texts = run(gen.generate('"dog"', 10))
     assert sorted(texts) == ["a dog ran", "the dog barked"]
-    from sae_workbench.evaluation.cosy import GeneratorError
+    from sae_workbench.evaluation.scorers.cosy import GeneratorError
 
     with pytest.raises(GeneratorError):
         run(gen.generate('"zebra"', 10))

@@ -1,4 +1,4 @@
-"""Hand-computed tiny cases for every metric formula in evaluation.scoring."""
+"""Hand-computed tiny cases for every metric formula in evaluation.scorers.metrics."""
 
 import math
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from sklearn.metrics import roc_auc_score
 
-from sae_workbench.evaluation.scoring import (
+from sae_workbench.evaluation.scorers.metrics import (
     auroc,
     classification_metrics,
     mad,

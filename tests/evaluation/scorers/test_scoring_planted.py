@@ -17,7 +17,7 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
-from sae_workbench.evaluation.score_job import ScoreConfig, run_scoring
+from sae_workbench.evaluation.scorers.job import ScoreConfig, run_scoring
 from sae_workbench.status import Status
 from sae_workbench.store import ExplanationRecord, Store
 

@@ -7,7 +7,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from sae_workbench.evaluation.base import (
+from sae_workbench.evaluation.scorers.base import (
     ScoreBackends,
     ScoreConfig,
     ScoreOutcome,
