@@ -194,7 +194,8 @@ class FakeLLM:
             target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True
         )
         self._thread.start()
-        forget_endpoint(self.base_url)  # a port reused from an earlier server: what clients learned there is stale
+        # A port reused from an earlier server: what clients learned about that one is stale.
+        forget_endpoint(self.base_url)
         return self
 
     def stop(self) -> None:
