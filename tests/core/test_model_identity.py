@@ -12,7 +12,9 @@ from sae_workbench.model_identity import (
     ModelMismatchError,
     canonical_model_name,
     check_model_identity,
+    known_model_in_name,
     model_fingerprint,
+    model_for_recorded,
     resolve_model,
     transformer_lens_official_name,
 )
@@ -156,12 +158,88 @@ def test_a_gpt2_sae_on_a_model_loaded_by_its_alias_fits() -> None:
 
 
 @pytest.mark.parametrize(
-    "name", ["EleutherAI/pythia-70m-deduped", "gpt2-medium", "distilgpt2", "someorg/gpt2", "smollm2-135m"]
+    "name", ["EleutherAI/pythia-70m-deduped", "gpt2-medium", "distilgpt2", "smollm2-135m"]
 )
 def test_an_unrelated_model_is_still_refused_against_gpt2(name: str) -> None:
-    # Same width at the hook (or no width given), yet another model: a fine-tune under another org is not gpt2.
+    # Same width at the hook (or no width given), yet another model the workbench knows by this name.
     with pytest.raises(ModelMismatchError, match="--force-model"):
         check_model_identity(name, gpt2_shaped_model("gpt2"))
+
+
+def test_a_name_nobody_knows_is_accepted_with_the_risk_named(caplog: pytest.LogCaptureFixture) -> None:
+    # A fine-tune under another org: the workbench cannot tell what it is, and nothing else can be checked here
+    # (no width given, no fingerprint recorded), so it is accepted with a warning (issue 37 item 1).
+    with caplog.at_level(logging.WARNING, logger="sae_workbench.model_identity"):
+        found = check_model_identity("someorg/gpt2", gpt2_shaped_model("gpt2"))
+    assert found.risk is not None and "someorg/gpt2" in found.risk and "no weights fingerprint" in found.risk
+    assert "nothing could be checked" in found.message()
+    assert any(r.levelno == logging.WARNING and "someorg/gpt2" in r.getMessage() for r in caplog.records)
+
+
+# --- SAEs from elsewhere: a model name the workbench does not know (issue 37 item 1) ---------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "spelled"),
+    [
+        ("smollm2-135m-instruct-local", "smollm2-135m"),
+        ("/data/models/SmolLM2-135M-Instruct-ft", "smollm2-135m"),
+        ("my-org/SmolLM2_135M_sft", "smollm2-135m"),
+        ("smollm2-1350m", None),  # not a token boundary
+        ("SmolLM2-360M-Instruct", None),
+        ("gpt2", None),
+    ],
+)
+def test_known_model_in_name(name: str, spelled: str | None) -> None:
+    assert known_model_in_name(name) == spelled
+
+
+def test_without_model_an_unknown_name_loads_what_its_fingerprint_or_name_points_to() -> None:
+    assert model_for_recorded("smollm2-135m-instruct-local")[0] == "smollm2-135m"
+    known = KNOWN_MODELS["smollm2-135m"].fingerprint
+    assert model_for_recorded("whatever-i-called-it", known)[0] == "smollm2-135m"
+    assert model_for_recorded("tiny:3")[0] == "tiny:3"
+    name, why = model_for_recorded("whatever-i-called-it")
+    assert name is None and "'whatever-i-called-it'" in why and "--model" in why and "`" not in why
+
+
+def test_smollm2_under_a_local_name_is_identified_by_its_weights(smollm2) -> None:
+    """The issue's SAE: trained on SmolLM2, its cfg says `smollm2-135m-instruct-local` (failed before: the name was
+    refused and the error suggested `--model smollm2-135m-instruct-local`, which cannot load)."""
+    found = check_model_identity(
+        "smollm2-135m-instruct-local", smollm2, sae_d_in=576, hook="blocks.3.hook_resid_post"
+    )
+    assert found.risk is None and not found.by_name
+    assert f"fingerprint {KNOWN_MODELS['smollm2-135m'].fingerprint}" in found.message()
+    assert "blocks.3.hook_resid_post has the SAE's input width 576" in found.message()
+
+
+def test_an_unknown_name_is_identified_by_the_fingerprint_it_records(tiny_model) -> None:
+    found = check_model_identity(
+        "my-tiny-finetune", tiny_model, sae_d_in=64, hook="blocks.0.hook_resid_post",
+        fingerprint=model_fingerprint(tiny_model),
+    )  # fmt: skip
+    assert found.risk is None
+    assert found.matched[0] == f"the weights fingerprint {model_fingerprint(tiny_model)} the SAE records"
+
+
+def test_an_unknown_name_with_only_the_width_to_check_is_accepted_naming_the_risk(tiny_model) -> None:
+    found = check_model_identity("my-tiny-finetune", tiny_model, sae_d_in=64, hook="blocks.0.hook_resid_post")
+    assert found.matched == ("blocks.0.hook_resid_post has the SAE's input width 64",)
+    assert found.risk is not None and "same hook width" in found.risk
+
+
+def test_a_mismatch_never_suggests_the_model_that_was_just_refused(tiny_model) -> None:
+    # The SAE records `tiny` and tiny:1's fingerprint; the loaded tiny:0 has the name but not the weights.
+    with pytest.raises(ModelMismatchError) as err:
+        check_model_identity("tiny", tiny_model, fingerprint=model_fingerprint(tiny_model_seeded(1)))
+    assert "--model" not in str(err.value) and "`--force-model`" in str(err.value)
+    with pytest.raises(ModelMismatchError) as err:
+        check_model_identity("tiny:1", tiny_model)
+    assert "`--model tiny:1`" in str(err.value)
+    with pytest.raises(ModelMismatchError) as err:
+        check_model_identity("smollm2-135m-local", tiny_model)  # spells a known model of another shape
+    assert "`--model smollm2-135m`" in str(err.value) and "d_model 64" in str(err.value)
 
 
 def test_resolve_model_spells_a_hub_id_the_way_transformer_lens_loads_it() -> None:

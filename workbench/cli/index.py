@@ -74,12 +74,16 @@ def index(
         step(
             f"hook {hook} (from the SAE's cfg)" if recorded_hook(loaded_sae) else f"hook {hook} (the default)"
         )
-    check_model_identity(
+    identified = check_model_identity(
         recorded_model(loaded_sae),
         loaded_model,
+        sae_d_in=int(loaded_sae.cfg.d_in),
+        hook=hook,
         fingerprint=recorded_fingerprint(loaded_sae),
         force=force_model,
     )
+    if not identified.by_name and identified.sae_model is not None and identified.risk is None:
+        typer.echo(identified.message(), err=True)  # what identified a model the SAE names another way (a risk is logged)
     cfg = IndexConfig(context_size=context_size, top_k=top_k, batch_size=batch_size)
     sae_dir = Path(sae).expanduser()
     # index_sae checks the hook and window size against the model and the SAE (once), and reads the SAE's id back
