@@ -1,1 +1,1 @@
-"""Simulators and scorers, polysemanticity, feature absorption, and exports in peers' formats."""
+"""Evaluation stages, one sub-package each: scorers, absorption, reproductions of papers' tables, attribution, interactions."""

@@ -47,7 +47,7 @@ from sae_workbench.evaluation.scorers.prompts.cosy import (
     cosy_messages,
 )
 from sae_workbench.evaluation.scorers.simulation import UnscorableExplanationError, scorable_explanation
-from sae_workbench.explainers.lexical import match_rule_text
+from sae_workbench.examples.rule_language import match_rule_text
 from sae_workbench.explainers.prism import cluster_descriptions
 from sae_workbench.llm.client import LLMClient, LLMRequest
 from sae_workbench.status import Status
@@ -189,7 +189,7 @@ class CorpusSnippet:
 class CorpusRuleGenerator:
     """Offline CoSy generator: composes texts from corpus windows that match the description's rules.
 
-    Each ';'-separated clause is matched lexically (`explainers.lexical.match_rule_text`: quoted tokens, else
+    Each ';'-separated clause is matched lexically (`examples.rule_language.match_rule_text`: quoted tokens, else
     content words); each text is a span of `span` tokens around one match, taking clauses round-robin and windows
     in a seeded random order. It is a baseline built from the corpus, not an LLM.
     """

@@ -39,7 +39,7 @@ from sae_workbench.evaluation.scorers.simulation import (
     simulate_explanation,
 )
 from sae_workbench.examples.records import Record
-from sae_workbench.explainers.lexical import LexicalSimulator
+from sae_workbench.explainers.lexical_simulator import LexicalSimulator
 from sae_workbench.explainers.simulate import Simulator
 from sae_workbench.llm.client import LLMClient, LLMRequest
 from sae_workbench.llm.jsonparse import as_int_list, parse_json_strict

@@ -9,8 +9,8 @@ and explanations without positive test records itself. Live ones go to `ScoreWor
 test records; a worker builds the same scorer from the same components (`score_backends`), runs its `prepare` over
 the run's explanations once, and returns each outcome with its LLM usage and the new LLM cache entries. The driver
 writes the cache entries, then the batch's scores in one transaction (`Store.add_scores`; the UNIQUE score key
-refuses a second copy). Workers never open the store (see `explainers.ray_workers` for why), and every worker's
-LLM calls pass the one `RateLimiter` actor (global calls per second and calls in flight).
+refuses a second copy). Workers never open the store (see `explainers.ray_backend` for why), and every worker's
+LLM calls pass the one `ray_actors.RateLimiter` actor (global calls per second and calls in flight).
 
 A worker scores its batch one explanation at a time, as the local loop does, so each score's recorded LLM usage is
 exactly its own; the parallelism is across workers. A scorer that says it is `local_only` (CoSy: it runs the model
@@ -20,13 +20,12 @@ and the SAE in the driver's process) is refused before anything starts.
 from __future__ import annotations
 
 import asyncio
-import functools
 import math
 import os
 import time
-from collections.abc import Callable, Coroutine, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from tqdm.auto import tqdm
 
@@ -38,33 +37,24 @@ from sae_workbench.evaluation.scorers.base import (
     TestRecords,
 )
 from sae_workbench.evaluation.scorers.job import (
+    ScoreTally,
     base_provenance,
     judge,
     plan_scoring,
     score_backends,
     tests_of,
+    usage_delta,
 )
 from sae_workbench.evaluation.scorers.registry import make_scorer, scorer_class
 from sae_workbench.evaluation.scorers.results import ScoreJobResult
-from sae_workbench.explainers.ray_workers import (
-    BATCHES_PER_WORKER,
-    DEFAULT_BATCH,
-    CacheEntry,
-    Failure,
-    SnapshotCache,
-    cache_snapshot,
-    limiter_actor,
-    worker_gate,
-)
 from sae_workbench.faults import fail_point, worker_options
 from sae_workbench.llm.cache import CachedResponse
 from sae_workbench.llm.config import LLMConfig
+from sae_workbench.llm.snapshot_cache import CacheEntry, SnapshotCache, cache_snapshot
+from sae_workbench.llm.sync import blocking
+from sae_workbench.ray_actors import BATCHES_PER_WORKER, DEFAULT_BATCH, Failure, limiter_actor, worker_gate
 from sae_workbench.raycluster import RayConfig, import_ray, init_ray
-from sae_workbench.status import Status
 from sae_workbench.store import ExplanationRecord, ScoreRecord, Store
-
-P = ParamSpec("P")
-R = TypeVar("R")
 
 
 class RemoteScoreError(WorkbenchError):
@@ -125,10 +115,7 @@ class ScoreWorker:
                 except Exception as err:  # reported to the driver, which stops the run
                     out.append(Failure(type(err).__name__, str(err)))
                     continue
-                delta = None
-                if usage:
-                    after = usage()
-                    delta = {k: after.get(k, 0) - before.get(k, 0) for k in after}
+                delta = usage_delta(before, usage()) if usage else None
                 out.append(Scored(outcome, delta, time.perf_counter() - t0))
         return out, self.cache.drain()
 
@@ -172,22 +159,11 @@ async def run_scoring_ray_async(
     scorer = make_scorer(config, driver_backends)
     plan = plan_scoring(store, sae_id, config, scorer, explainer, features)
     llm_params = llm.params() if llm is not None else None
-    source = config.negatives if scorer.uses_negatives else ""
-    counts = {"scored": 0, "failed": 0, "dead": 0}
+    tally = ScoreTally(scorer, config.negatives)
     ready: list[ScoreRecord] = []  # recorded without a worker, written with the next batch
 
-    def record(expl: ExplanationRecord, outcome: ScoreOutcome, provenance: dict[str, Any]) -> ScoreRecord:
-        counts["scored" if outcome.status is Status.OK else "dead" if outcome.status is Status.DEAD
-               else "failed"] += 1  # fmt: skip
-        key = provenance["score_key"]
-        return ScoreRecord(
-            explanation_id=int(expl.id or 0), scorer=scorer.name, scorer_version=scorer.version,
-            negative_source=source, metrics=outcome.stored(), provenance=provenance,
-            status=outcome.status, score_key=key,
-        )  # fmt: skip
-
     if not plan.pending:
-        return ScoreJobResult(0, plan.skipped, 0, time.perf_counter() - t0, 0)
+        return tally.result(plan.skipped, time.perf_counter() - t0)
     started_ray = init_ray(ray_config)
     ray = import_ray()
     n = workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
@@ -237,7 +213,7 @@ async def run_scoring_ray_async(
                     it.provenance["seconds"] = it.seconds + result.seconds
                     if result.llm_usage is not None:
                         it.provenance["llm_usage"] = result.llm_usage
-                    records.append(record(it.expl, result.outcome, it.provenance))
+                    records.append(tally.record(it.expl, result.outcome, it.provenance))
                 write(records, entries)
                 if failure is not None:
                     raise RemoteScoreError(
@@ -255,7 +231,7 @@ async def run_scoring_ray_async(
                 provenance["seconds"] = time.perf_counter() - started
                 if driver_backends.llm_usage:  # zeros of the same types as the local loop's delta
                     provenance["llm_usage"] = {k: v - v for k, v in driver_backends.llm_usage().items()}
-                ready.append(record(expl, tests, provenance))
+                ready.append(tally.record(expl, tests, provenance))
                 continue
             current.append(_Live(expl, tests, provenance, time.perf_counter() - started))
             if len(current) >= batch:
@@ -275,22 +251,10 @@ async def run_scoring_ray_async(
         del refs
         if started_ray:
             ray.shutdown()
-    return ScoreJobResult(
-        counts["scored"], plan.skipped, counts["failed"], time.perf_counter() - t0, counts["dead"]
-    )
+    return tally.result(plan.skipped, time.perf_counter() - t0)
 
 
-def _blocking(fn: Callable[P, Coroutine[Any, Any, R]]) -> Callable[P, R]:
-    """`fn` with the same parameters, run to completion on a new event loop (`asyncio.run`)."""
-
-    @functools.wraps(fn)
-    def run(*args: P.args, **kwargs: P.kwargs) -> R:
-        return asyncio.run(fn(*args, **kwargs))
-
-    return run
-
-
-run_scoring_ray = _blocking(run_scoring_ray_async)
+run_scoring_ray = blocking(run_scoring_ray_async)
 """`run_scoring_ray_async` run to completion: the entry point of `workbench score --backend ray`."""
 
 

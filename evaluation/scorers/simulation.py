@@ -6,7 +6,7 @@ one source). Structured explanations are simulated rule by rule, scaled by stren
 (`explainers.simulate.simulate_rules`). False positives = tokens on negative records predicted > 1.
 
 Simulators: `explainers.simulate.LLMSimulator` (any OpenAI-compatible chat model; per-token digits as a strictly
-parsed JSON array, re-exported here) or the offline lexical simulator of `explainers.lexical` (a documented baseline, never presented as an LLM).
+parsed JSON array, re-exported here) or the offline lexical simulator of `explainers.lexical_simulator` (a documented baseline, never presented as an LLM).
 
     score = asyncio.run(score_simulation(simulator, explanation, positives, negatives))
 """
@@ -32,7 +32,7 @@ from sae_workbench.examples.records import Record
 from sae_workbench.examples.rules import Rule
 
 # The LLM simulator is the explainers' one (explainers/prompts/simulate.py), so tree search and scoring agree.
-from sae_workbench.explainers.lexical import LexicalSimulator
+from sae_workbench.explainers.lexical_simulator import LexicalSimulator
 from sae_workbench.explainers.simulate import LLMSimulator, Simulator, pooled_correlation, simulate_rules
 from sae_workbench.status import Status
 from sae_workbench.store import ExplanationRecord

@@ -12,7 +12,7 @@ import pytest
 import typer
 
 from sae_workbench import defaults
-from sae_workbench.cli import options
+from sae_workbench.cli import loaders, options
 from sae_workbench.errors import ContextSizeError, HookNotFoundError
 from sae_workbench.features import FeatureSpecError, parse_features
 
@@ -245,9 +245,9 @@ def test_parse_features_rejects_with_a_typed_error(spec: str, message: str) -> N
 
 
 def test_load_subject_checks_hooks_and_window_size_once() -> None:
-    model = options.load_subject("tiny", ["blocks.1.hook_resid_post"], 32)
+    model = loaders.load_subject("tiny", ["blocks.1.hook_resid_post"], 32)
     assert model.cfg.n_layers == 2
     with pytest.raises(HookNotFoundError, match=r"blocks\.9\.hook_resid_post"):
-        options.load_subject("tiny", ["blocks.9.hook_resid_post"])
+        loaders.load_subject("tiny", ["blocks.9.hook_resid_post"])
     with pytest.raises(ContextSizeError):
-        options.load_subject("tiny", ["blocks.1.hook_resid_post"], 10_000)
+        loaders.load_subject("tiny", ["blocks.1.hook_resid_post"], 10_000)

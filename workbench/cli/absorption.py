@@ -20,7 +20,7 @@ from typing import Any
 import typer
 
 from sae_workbench import defaults
-from sae_workbench.cli import options
+from sae_workbench.cli import loaders, options
 from sae_workbench.errors import WorkbenchError
 
 log = logging.getLogger(__name__)
@@ -125,10 +125,10 @@ def absorption(
 
     # Settings not given keep the preset's values (SAEBench's, cited in the configs).
     preset_cfg = AbsorptionConfig.named(preset)
-    step = options.step_lines(progress)
+    step = loaders.step_lines(progress)
     step(f"loading SAE {sae}")
     loaded = load_sae(sae)
-    model = options.model_for_sae(loaded, model, step)
+    model = loaders.model_for_sae(loaded, model, step)
     probing = replace(preset_cfg.probing, layer=_layer_for(loaded, layer), max_words=max_words)
     probing = replace(
         probing,

@@ -23,7 +23,8 @@ from typing import Any
 import typer
 
 from sae_workbench import defaults
-from sae_workbench.cli import options
+from sae_workbench.cli import llm_options, loaders, options
+from sae_workbench.cli.backends import check_llm_backend
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,11 @@ def score(
     record_length: int | None = typer.Option(None, help="Crop records to this many tokens (paper: 32)."),
     llm_model: options.LlmModel = None,
     llm_base_url: options.LlmBaseUrl = None,
+    api_key_env: options.ApiKeyEnv = defaults.LLM_API_KEY_ENV,
+    concurrency: options.Concurrency = defaults.LLM_CONCURRENCY,
+    llm_timeout: llm_options.LlmTimeout = None,
+    llm_max_tokens: llm_options.LlmMaxTokens = None,
+    llm_context: llm_options.LlmContext = None,
     sae_path: Path | None = typer.Option(
         None, help="SAE folder (cosy runs the model + SAE on generated texts)."
     ),
@@ -73,23 +79,26 @@ def score(
     from sae_workbench.evaluation.scorers.base import ScoreConfigError, ScorerInputs
     from sae_workbench.evaluation.scorers.job import ScoreConfig, run_scoring, score_backends
     from sae_workbench.evaluation.scorers.registry import scorer_class
-    from sae_workbench.llm.config import LLMConfig
-    from sae_workbench.raycluster import RayConfig, check_backend
+    from sae_workbench.llm.config import LLMNotConfiguredError
+    from sae_workbench.raycluster import RayConfig
     from sae_workbench.store import Store
 
-    check_backend(backend)
-    if llm_qps is not None and backend != "ray":
-        raise typer.BadParameter("--llm-qps is the Ray workers' shared limit: pass it with --backend ray")
+    check_llm_backend(backend, llm_qps)
     config = ScoreConfig(
         scorer=scorer, negatives=negatives, per_split=per_split, seed=seed, record_length=record_length
     )
     method = scorer_class(scorer)  # an unknown name fails here, before the store opens
     if backend == "ray" and method.local_only:
         raise ScoreConfigError(f"--scorer {scorer} {method.local_only}: use --backend local")
-    step = options.step_lines(progress)
+    step = loaders.step_lines(progress)
     inputs = ScorerInputs(sae_id=sae, sae_path=sae_path, preset=preset, control_size=control_size, step=step)
     method.check_inputs(inputs)  # so do the scorer's own options (cosy: --preset, --control-size, --sae-path)
-    llm = LLMConfig(model=llm_model, base_url=llm_base_url) if llm_model else None
+    status = llm_options.llm_endpoint(
+        llm_model, llm_base_url, api_key_env, concurrency, llm_timeout, llm_max_tokens, llm_context
+    )
+    if llm_model and not status.configured:
+        raise LLMNotConfiguredError(status.notice)
+    llm = status.config
     st = Store.open(store)
     if backend == "ray":
         from sae_workbench.evaluation.scorers.ray_backend import run_scoring_ray

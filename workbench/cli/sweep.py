@@ -14,7 +14,7 @@ from __future__ import annotations
 import typer
 
 from sae_workbench import defaults
-from sae_workbench.cli import options
+from sae_workbench.cli import llm_options, options
 
 
 def polysemanticity_sweep(
@@ -34,6 +34,9 @@ def polysemanticity_sweep(
     llm_base_url: options.LlmBaseUrl = None,
     api_key_env: options.ApiKeyEnv = defaults.LLM_API_KEY_ENV,
     concurrency: options.Concurrency = defaults.LLM_CONCURRENCY,
+    llm_timeout: llm_options.LlmTimeout = None,
+    llm_max_tokens: llm_options.LlmMaxTokens = None,
+    llm_context: llm_options.LlmContext = None,
     progress: options.Progress = True,
 ) -> None:
     """Explain features at each rule cap (tree or one-shot), score them, and report polysemanticity."""
@@ -41,14 +44,15 @@ def polysemanticity_sweep(
     from sae_workbench.evaluation.scorers.base import ScoreBackends, ScoreConfigError
     from sae_workbench.explainers.base import ExplainConfig
     from sae_workbench.explainers.simulate import LLMSimulator
-    from sae_workbench.llm.config import endpoint_status
     from sae_workbench.store import Store
 
     try:
         caps = [int(c) for c in rule_caps.split(",") if c.strip()]
     except ValueError:
         raise ScoreConfigError(f"bad --rule-caps {rule_caps!r}: use a list like 1,2,3,4,5") from None
-    status = endpoint_status(llm_model, llm_base_url, api_key_env=api_key_env, concurrency=concurrency)
+    status = llm_options.llm_endpoint(
+        llm_model, llm_base_url, api_key_env, concurrency, llm_timeout, llm_max_tokens, llm_context
+    )
     st = Store.open(store)
     d_sae = st.get_sae(sae).d_sae
     backends = ScoreBackends()

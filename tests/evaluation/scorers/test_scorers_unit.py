@@ -15,9 +15,13 @@ from sae_workbench.evaluation.scorers.cosy import (
     cosy_score,
 )
 from sae_workbench.evaluation.scorers.cosy_summary import DescriptionScore, summarise_cosy
-from sae_workbench.evaluation.scorers.detection import ClassificationItem, LexicalRuleClassifier, LLMClassifier
-from sae_workbench.evaluation.scorers.fuzzing import fuzzing_items, score_classification
+from sae_workbench.evaluation.scorers.detection import (
+    ClassificationItem,
+    LexicalRuleClassifier,
+    LLMClassifier,
+)
 from sae_workbench.evaluation.scorers.embedding import embedding_score
+from sae_workbench.evaluation.scorers.fuzzing import fuzzing_items, score_classification
 from sae_workbench.evaluation.scorers.polysemanticity import (
     mean_pairwise_cosine,
     prism_polysemanticity,
@@ -33,7 +37,7 @@ from sae_workbench.evaluation.scorers.simulation import (
     simulation_score,
 )
 from sae_workbench.examples.records import Record
-from sae_workbench.explainers.lexical import LexicalSimulator
+from sae_workbench.explainers.lexical_simulator import LexicalSimulator
 from sae_workbench.llm.client import LLMClient, LLMMalformedOutputError
 from sae_workbench.llm.config import LLMConfig
 from tests.fake_llm import FakeLLM, fake_llm  # noqa: F401
@@ -279,7 +283,7 @@ def test_llm_classifier_batches_and_llm_generator_reasks(fake_llm: FakeLLM) -> N
 def test_rule_text_with_loose_quotes_never_raises() -> None:
     # Several joined descriptions (PRISM's numbered text) or LLM free text can pair quotes across a newline or
     # around a backslash; the lexical matcher must read them rather than crash the scoring batch.
-    from sae_workbench.explainers.lexical import match_rule_text, parse_rule_text
+    from sae_workbench.examples.rule_language import match_rule_text, parse_rule_text
 
     assert parse_rule_text('"a\nb" or "\\x"') == (["a\nb", "\\x"], [])
     assert match_rule_text('1. "def" (x)\n2. "\\q" after "y', [" def", " q"]).tolist() == [True, False]
