@@ -287,3 +287,19 @@ def test_endpoint_status_reads_every_llm_variable():
     assert cfg is not None and cfg.concurrency == 5 and cfg.timeout_s == 120.0
     with pytest.raises(ValueError, match="WORKBENCH_LLM_CONTEXT"):
         endpoint_status(env={**env, "WORKBENCH_LLM_CONTEXT": "big"})
+
+
+def test_adaptive_window_by_hand():
+    from sae_workbench.llm.window import AdaptiveWindow
+
+    w = AdaptiveWindow(2, 8)
+    for expected in (3, 4, 5, 6, 7, 8, 8):  # slow start: +1 per fast answer, capped at the maximum
+        w.grow()
+        assert w.size == expected
+    w.shrink()
+    assert (w.size, w.threshold) == (4, 4.0)
+    w.grow()  # past the threshold: +1/window per answer
+    assert w.limit == 4.25 and w.size == 4
+    for _ in range(4):
+        w.shrink()
+    assert w.size == 1 and w.limit == 1.0  # never below one request

@@ -28,7 +28,7 @@ import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, Generic, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import openai
 from tqdm.auto import tqdm
@@ -63,7 +63,9 @@ from sae_workbench.llm.errors import (
     LLMUnavailableError,
 )
 from sae_workbench.llm.jsonparse import JSONValue, parse_json_strict
+from sae_workbench.llm.request import LLMRequest, LLMResponse, Message, Parsed, PromptFit, chat
 from sae_workbench.llm.usage import Usage, UsageLedger
+from sae_workbench.llm.window import AdaptiveWindow
 
 __all__ = [
     "FEATURE_ERRORS",
@@ -93,7 +95,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 R = TypeVar("R")
-Message = Mapping[str, str]
 
 REASK_PROMPT_VERSION = "reask-v1"
 REASK_TEMPLATE = (
@@ -109,94 +110,6 @@ _MAX_TIMEOUT_FACTOR = 4.0
 _PROBE_TIMEOUT_S = 10.0
 
 
-def chat(user: str, system: str | None = None) -> tuple[Message, ...]:
-    """Messages for a one-turn chat: an optional system message, then the user message."""
-    head: tuple[Message, ...] = ({"role": "system", "content": system},) if system else ()
-    return (*head, {"role": "user", "content": user})
-
-
-@dataclass(frozen=True)
-class LLMRequest:
-    """One chat completion to make."""
-
-    messages: Sequence[Message]
-    """Chat messages ({"role", "content"}), in order."""
-    tag: str = ""
-    """Accounting tag (e.g. "feature:123"); usage is totalled per tag in the ledger."""
-    temperature: float | None = None
-    """Overrides LLMConfig.temperature when set."""
-    max_tokens: int | None = None
-    """Overrides LLMConfig.max_tokens when set."""
-    sample: int = 0
-    """Sample index: distinct values give distinct cache entries for otherwise identical requests (e.g. 3 roots)."""
-    schema: Mapping[str, Any] | None = field(default=None, hash=False)
-    """JSON schema the answer must follow, sent in the form the endpoint accepts (LLMConfig.structured_output);
-    None = free-form. Write it strict-compatible (every property required, additionalProperties false) so OpenAI's
-    strict mode takes it. The answer is still parsed and checked by the caller's parse function."""
-    schema_name: str = "answer"
-    """Name of the schema in the OpenAI json_schema form (letters, digits, _ and -)."""
-
-
-@dataclass(frozen=True)
-class LLMResponse:
-    """One answer and what it cost."""
-
-    text: str
-    """Assistant message content ("" when the endpoint returned none)."""
-    model: str
-    """Model that answered (the configured name)."""
-    usage: Usage
-    """Billed usage of this answer (zero tokens when it came from the cache)."""
-    cached: bool
-    """True when served from the response cache."""
-    cache_key: str
-    """Key of this call in the response cache (contains no secret)."""
-    truncated: bool = False
-    """True when the endpoint stopped the answer at the completion budget (finish_reason "length")."""
-
-
-@dataclass(frozen=True)
-class Parsed(Generic[T]):
-    """A parsed answer, the raw text it came from, and the usage over all turns (re-asks included)."""
-
-    value: T
-    """What the parse function returned."""
-    text: str
-    """The raw answer that parsed."""
-    usage: Usage
-    """Usage summed over the first ask and every re-ask."""
-    reasks: int
-    """How many malformed answers were sent back before this one parsed."""
-    cached: bool
-    """True when every turn came from the response cache."""
-
-
-@dataclass(frozen=True)
-class PromptFit:
-    """A request's prompt size against the model's context."""
-
-    prompt_tokens: int
-    """Prompt tokens, chat-template overhead included (counted by `counted_by`)."""
-    max_tokens: int
-    """The request's completion budget."""
-    context_length: int | None
-    """The model's context length; None = unknown (then nothing is checked)."""
-    counted_by: str
-    """How prompt_tokens was counted: a server route ("/extras/tokenize/count", "/tokenize") or "estimate"."""
-
-    @property
-    def fits(self) -> bool:
-        """True when prompt + completion budget <= context (or the context is unknown)."""
-        return self.context_length is None or self.prompt_tokens + self.max_tokens <= self.context_length
-
-    @property
-    def room(self) -> int | None:
-        """Prompt tokens still free under the context (negative = over by that many); None when unknown."""
-        if self.context_length is None:
-            return None
-        return self.context_length - self.max_tokens - self.prompt_tokens
-
-
 @dataclass(frozen=True)
 class _Completion:
     """One HTTP answer: the choices' texts, the billed tokens, whether a choice hit the length limit."""
@@ -206,33 +119,6 @@ class _Completion:
     completion_tokens: int
     truncated: list[bool]
     retries: int = 0
-
-
-class _Window:
-    """The adaptive number of requests in flight (AIMD). Slow start: +1 per fast answer until the first backoff, then
-    +1/window per fast answer; halved on a timeout, a 429 or a lost connection; between 1 and the configured max."""
-
-    def __init__(self, start: int, maximum: int) -> None:
-        """Start at `start` requests in flight, never above `maximum`."""
-        self.limit = float(start)
-        self.maximum = maximum
-        self.threshold = float(maximum)
-        self.in_flight = 0
-
-    @property
-    def size(self) -> int:
-        """Requests allowed in flight now."""
-        return max(1, int(self.limit))
-
-    def grow(self) -> None:
-        """A fast answer: widen (one per answer in slow start, one per window after)."""
-        step = 1.0 if self.limit < self.threshold else 1.0 / self.limit
-        self.limit = min(float(self.maximum), self.limit + step)
-
-    def shrink(self) -> None:
-        """Overload (timeout, 429, lost connection): halve, and leave slow start."""
-        self.limit = max(1.0, self.limit / 2)
-        self.threshold = self.limit
 
 
 @dataclass
@@ -339,7 +225,7 @@ class LLMClient:
         self._rng = random.Random(config.seed)
         self._state: _LoopState | None = None
         self._n_refused = False  # the endpoint answered a request with `n` > 1 by refusing it
-        self._window = _Window(config.start_concurrency, config.concurrency)
+        self._window = AdaptiveWindow(config.start_concurrency, config.concurrency)
         self._connect_failures = 0  # consecutive attempts that could not connect (reset by any HTTP answer)
         self.facts: EndpointFacts = endpoint_facts(config.base_url, config.model)
         if config.context_length is not None:
