@@ -6,7 +6,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from sae_workbench.app import commands, hypotheses, queries, render, ui
+from sae_workbench.app import commands, hypotheses, lrp_queries, queries, render, ui
 from sae_workbench.app.labels import readable_columns
 from sae_workbench.status import Status
 
@@ -359,12 +359,14 @@ def show_why_it_fires() -> None:
     """Stored DePass attributions (token heatmaps, top heads/MLPs) and ablation/steering effects of the feature."""
     st.subheader("Why it fires")
     why = ui.guarded(queries.feature_attributions, path, sae.sae_id, feature)
-    if not why.tokens and not why.components and not why.effects:
+    lrp = ui.guarded(lrp_queries.feature_lrp, path, sae.sae_id, feature)
+    if not why.tokens and not why.components and not why.effects and not lrp:
         st.caption(
             "No DePass attributions stored for this feature — fill with "
             f"`{commands.attribute_command(sae.sae_id, feature)}`."
         )
         return
+    show_lrp(why.tokens, lrp)
     if why.tokens:
         st.markdown(
             "**Token shares** (DePass, arXiv 2510.18462): each token's exact share of the feature's pre-activation "
@@ -412,6 +414,67 @@ def show_why_it_fires() -> None:
         )
     for kind, result in why.effects:
         show_effect(kind, result)
+
+
+def _token_heat(strings: list[str], values: list[float], position: int, skip: list[int]) -> str:
+    """One heat-mapped token row, scaled to its own largest |value| (skipping `skip`), around `position`."""
+    scale = max((abs(v) for i, v in enumerate(values) if i not in skip), default=0.0)
+    start, stop = (0, None) if full_windows else render.context_bounds(len(strings), position, 24, 1)
+    return render.render_tokens(
+        strings, values, max_value=max(scale, 1e-9), skip=skip, peak_position=position, start=start, stop=stop
+    )
+
+
+def show_lrp(depass: list[queries.TokenShareView], lrp: list[lrp_queries.LrpView]) -> None:
+    """Position-aware LRP (token and position relevance) beside DePass's token shares for the same example."""
+    if not lrp:
+        st.caption(
+            "No position-aware LRP stored for this feature — fill with "
+            f"`workbench attribute --store {path} --sae {sae.sae_id} --sae-path <SAE_DIR> --features {feature} "
+            "--method pa_lrp`."
+        )
+        return
+    st.markdown(
+        "**Token and position relevance** (PA-LRP, arXiv 2506.02138) beside DePass for the same example: LRP says "
+        "which tokens *and which positions* made the feature fire; orange adds, blue subtracts."
+    )
+    by_example = {(v.window_id, v.position): v for v in depass}
+    for view in lrp:
+        dp = by_example.get((view.window_id, view.position))
+        res = " · ".join(f"{k.replace('_', ' ')} {v:+.3f}" for k, v in view.residual.items() if v)
+        st.markdown(
+            f'<div class="wb-special" style="font-size:0.75rem">window {view.window_id} · position {view.position}'
+            f" · {view.mode} ({view.positional} positions) · T "
+            f"{view.target:.3f} · pre-activation {view.pre_activation:.3f}"
+            f"{' · ' + res if res else ''} · closure error {view.closure_error:.2g}</div>",
+            unsafe_allow_html=True,
+        )
+        cols = st.columns(3)
+        with cols[0]:
+            st.caption("DePass token shares — " + lrp_queries.DEPASS_NOTE)
+            if dp is None:
+                st.caption("(no DePass row for this example)")
+            else:
+                skip = [] if dp.bos_position is None else [dp.bos_position]
+                st.markdown(
+                    _token_heat(dp.token_strings, dp.shares, dp.position, skip), unsafe_allow_html=True
+                )
+        with cols[1]:
+            st.caption(f"{view.mode} token relevance — " + lrp_queries.LRP_NOTE.get(view.mode, ""))
+            st.markdown(
+                _token_heat(view.token_strings, view.token_scores, view.position, []), unsafe_allow_html=True
+            )
+        with cols[2]:
+            st.caption(f"{view.mode} position relevance (per position, summed over layers)")
+            st.markdown(
+                _token_heat(view.token_strings, view.position_scores, view.position, []),
+                unsafe_allow_html=True,
+            )
+        with st.expander("Paper heat map (|position| per layer added to tokens, normalised) — a ranking view, NOT "
+                         "conservative"):  # fmt: skip
+            st.markdown(
+                _token_heat(view.token_strings, view.paper_map, view.position, []), unsafe_allow_html=True
+            )
 
 
 show_why_it_fires()

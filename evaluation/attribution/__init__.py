@@ -1,6 +1,7 @@
-"""Why a feature fires and what it does: DePass attribution (arXiv 2510.18462), baselines, ablation and steering.
+"""Why a feature fires and what it does: DePass attribution (arXiv 2510.18462), position-aware LRP (arXiv
+2506.02138), baselines, ablation and steering.
 
-from sae_workbench.evaluation.attribution import depass_tokens, depass_components, ablate_feature
+from sae_workbench.evaluation.attribution import depass_tokens, depass_components, lrp_attribution, ablate_feature
 """
 
 from sae_workbench.evaluation.attribution.baselines import (
@@ -35,9 +36,12 @@ from sae_workbench.evaluation.attribution.errors import (
     UnsupportedModelError,
     UnsupportedSAEError,
 )
+from sae_workbench.evaluation.attribution.lrp_rules import LRP_MODES, LrpMode
+from sae_workbench.evaluation.attribution.pa_lrp import LrpAttribution, lrp_attribution
 from sae_workbench.evaluation.attribution.propagate import MLP_RULES, SOFTMAX_TEMPERATURE, MlpRule
 
 __all__ = [
+    "LRP_MODES",
     "MLP_RULES",
     "SOFTMAX_TEMPERATURE",
     "AblationEffect",
@@ -45,6 +49,8 @@ __all__ = [
     "ComponentAttribution",
     "DecompositionMismatchError",
     "FeatureOutOfRangeError",
+    "LrpAttribution",
+    "LrpMode",
     "MlpRule",
     "PositionOutOfRangeError",
     "SteeringEffect",
@@ -63,6 +69,7 @@ __all__ = [
     "from_depass",
     "grad_x_input",
     "integrated_gradients",
+    "lrp_attribution",
     "random_scores",
     "steer_feature",
 ]
