@@ -59,7 +59,8 @@ def main() -> None:
     from sae_workbench.corpus import resolve_corpus
     from sae_workbench.models import load_model
     from sae_workbench.raycluster import RayConfig, ray_session
-    from sae_workbench.sae.indexing import IndexConfig, index_sae
+    from sae_workbench.sae.index_loop import index_sae
+    from sae_workbench.sae.index_request import IndexConfig, IndexRequest
     from sae_workbench.sae.ray_index import RayIndexConfig, index_sae_ray
     from sae_workbench.store import Store
     from sae_workbench.store.ranges import StagedRange
@@ -89,7 +90,8 @@ def main() -> None:
     counts: list[int] = []
     with tempfile.TemporaryDirectory(prefix="ray-index-bench-") as tmp:
         started = time.perf_counter()
-        local = index_sae(Store.open(Path(tmp) / "local.duckdb"), model, sae, hook, corpus, args.tokens, cfg)
+        request = IndexRequest(model, sae, hook, corpus, args.tokens, cfg)
+        local = index_sae(Store.open(Path(tmp) / "local.duckdb"), request)
         local_s = time.perf_counter() - started
         counts.append(Store.open(Path(tmp) / "local.duckdb").activation_count(local.sae_id))
         local_rate = local.new_tokens / local_s
@@ -111,9 +113,7 @@ def main() -> None:
                 )
                 store = Store.open(Path(tmp) / f"ray{workers}.duckdb")
                 started = time.perf_counter()
-                result = index_sae_ray(
-                    store, model, sae, hook, corpus, args.tokens, cfg, ray_cfg, on_commit=on_commit
-                )
+                result = index_sae_ray(store, request, ray_cfg, on_commit=on_commit)
                 wall = time.perf_counter() - started
                 counts.append(store.activation_count(result.sae_id))
                 steady = steady_rate(commits, workers)

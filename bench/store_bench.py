@@ -78,7 +78,7 @@ def append_rows(
 
 def build_store(path: Path, n_rows: int) -> tuple[Store, dict[str, float], tuple[np.ndarray, ...]]:
     """A store holding one synthetic SAE with `n_rows` activation rows, finalized, with statistics."""
-    from sae_workbench.sae.indexing import cooccurrence_neighbours, decoder_neighbours, logit_lens
+    from sae_workbench.sae.feature_stats import cooccurrence_neighbours, decoder_neighbours, logit_lens
 
     store = Store.open(path)
     feat, window, position, value = synthetic_rows(n_rows)
@@ -236,7 +236,9 @@ def indexing_bench(model_name: str, n_tokens: int) -> dict[str, float]:
 
     from sae_workbench.corpus import default_bos_id, iter_windows, resolve_corpus
     from sae_workbench.models import DEFAULT_HOOK, load_model, stop_layer
-    from sae_workbench.sae.indexing import IndexConfig, index_sae, vocab_strings
+    from sae_workbench.sae.index_loop import index_sae
+    from sae_workbench.sae.index_request import IndexConfig, IndexRequest
+    from sae_workbench.sae.vocab import vocab_strings
 
     model = load_model(model_name)
     hook = DEFAULT_HOOK if model.cfg.n_layers > 3 else "blocks.0.hook_resid_post"
@@ -262,10 +264,11 @@ def indexing_bench(model_name: str, n_tokens: int) -> dict[str, float]:
     with tempfile.TemporaryDirectory() as tmp:
         store = Store.open(Path(tmp) / "idx.duckdb")
         start = time.perf_counter()
-        index_sae(store, model, sae, hook, corpus, n_tokens, IndexConfig(context_size=T, compute_stats=False))
+        index_cfg = IndexConfig(context_size=T, compute_stats=False)
+        index_sae(store, IndexRequest(model, sae, hook, corpus, n_tokens, index_cfg))
         index_ms = (time.perf_counter() - start) * 1000
         start = time.perf_counter()
-        from sae_workbench.sae.indexing import compute_feature_stats
+        from sae_workbench.sae.feature_stats import compute_feature_stats
 
         compute_feature_stats(store, store.list_saes()[0].sae_id, sae, model)
         stats_s = time.perf_counter() - start

@@ -1,1 +1,1 @@
-"""LLM client, example sampling, versioned prompts, and the lexical, one-shot, tree and PRISM explainers."""
+"""The explain stage: the `Explainer` protocol, one module per explainer, registry, prompts, job, Ray backend."""

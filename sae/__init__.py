@@ -1,1 +1,1 @@
-"""SAE training through sae-lens, loading/saving (SAELens format and converters), encoding, core metrics."""
+"""SAEs: training runs and sweeps, SAE files, indexing into the store, feature statistics, core metrics."""

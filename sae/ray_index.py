@@ -1,4 +1,4 @@
-"""`workbench index --backend ray`: the same index as `sae.indexing.index_sae`, computed by Ray actors.
+"""`workbench index --backend ray`: the same index as `sae.index_loop.index_sae`, computed by Ray actors.
 
     workbench index --sae runs/topk-8x --tokens 100000000 --backend ray [--ray-address ray://head:10001]
 
@@ -12,7 +12,7 @@ commits each range once (`Store.commit_index_range`: windows, activation rows, a
 progress marker in one transaction), then deletes the staging files. A killed worker loses its range (Ray reruns
 it); a killed driver loses only uncommitted ranges: rerunning the command plans the pending ranges from the ledger
 and never reads a staging file it did not just receive a checksum for. When every range is in, the rows are
-finalized and the feature statistics computed exactly as the local backend does (`sae.indexing.finish_index`).
+finalized and the feature statistics computed exactly as the local backend does (`sae.index_loop.finish_index`).
 
 Rows are identical to the local backend's: ranges are multiples of the forward batch, so every batch holds the same
 windows as in a single-process run (tests/sae/test_ray_index.py checks `EXCEPT ALL` both ways).
@@ -54,15 +54,9 @@ from sae_workbench.corpus import Corpus, MaskPolicy, WindowBatch, iter_windows
 from sae_workbench.errors import WorkbenchError
 from sae_workbench.faults import fail_point, worker_options
 from sae_workbench.raycluster import RayConfig, ray_session
-from sae_workbench.sae.indexing import (
-    IndexConfig,
-    IndexResult,
-    encode_batch,
-    finish_index,
-    start_indexing,
-    vocab_strings,
-    window_rows,
-)
+from sae_workbench.sae.index_loop import encode_batch, finish_index, start_indexing, window_rows
+from sae_workbench.sae.index_request import IndexConfig, IndexRequest, IndexResult
+from sae_workbench.sae.vocab import vocab_strings
 from sae_workbench.store import Store
 from sae_workbench.store.partitioned import (
     BUCKET_SIZE,
@@ -274,17 +268,9 @@ class Indexer:
 def reduce_bucket(files: list[str], features: tuple[int, int], staged_path: str, final_path: str) -> int:
     """Reduce task: one feature bucket's rows from every committed range file, sorted and ranked, to `final_path`
     (written at `staged_path`, then moved; nothing is placed for an empty bucket); return its row count."""
-    import duckdb
+    from sae_workbench.store.partitioned import move_file, write_bucket_from_files
 
-    from sae_workbench.store.partitioned import move_file, write_bucket
-
-    listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-    rows_sql = f"SELECT feature, window_id, position, value FROM read_parquet([{listed}]) WHERE feature >= ? AND feature < ?"
-    conn = duckdb.connect()
-    try:
-        n = write_bucket(conn, rows_sql, [features[0], features[1]], staged_path)
-    finally:
-        conn.close()
+    n = write_bucket_from_files(files, features, staged_path)
     if n:
         move_file(staged_path, final_path)
     else:
@@ -369,36 +355,27 @@ def _start_indexers(ray: Any, n: int, ray_config: RayIndexConfig, args: tuple[An
 
 def index_sae_ray(
     store: Store,
-    model: HookedTransformer,
-    sae: SAE[Any],
-    hook: str,
-    corpus: Corpus,
-    n_tokens: int,
-    config: IndexConfig | None = None,
+    request: IndexRequest,
     ray_index: RayIndexConfig | None = None,
     *,
     ray_config: RayConfig | None = None,
-    model_name: str | None = None,
-    mask_policy: MaskPolicy | None = None,
-    sae_path: str | None = None,
-    sae_metrics: dict[str, Any] | None = None,
     on_commit: Callable[[StagedRange, int], None] | None = None,
 ) -> IndexResult:
     """`index_sae` on Ray: the same rows, statistics and resume semantics, with the driver the store's sole writer.
 
-    `model` (loaded here for the checks and the statistics) is reloaded by name on every worker; the SAE is loaded
-    there from `sae_path` when that is a folder, else shipped through Ray's object store. `on_commit` is called
-    after each range this call commits, with the index of the actor that computed it (progress display, benchmarks).
+    The request's model (loaded here for the checks and the statistics) is reloaded by name on every worker; the SAE
+    is loaded there from `sae_path` when that is a folder, else shipped through Ray's object store. `on_commit` is
+    called after each range this call commits, with the index of the actor that computed it (progress display,
+    benchmarks).
     """
-    cfg = config or IndexConfig()
+    model, sae, hook, corpus, cfg = request.model, request.sae, request.hook, request.corpus, request.config
+    model_name, mask_policy, sae_path = request.model_name, request.mask_policy, request.sae_path
     rcfg = ray_index or RayIndexConfig()
-    sae_id, progress, run_config = start_indexing(
-        store, model, sae, hook, corpus, cfg, model_name, mask_policy, sae_path, sae_metrics
-    )
+    sae_id, progress, run_config = start_indexing(store, request)
     # The rows' identity: settings that only shape the statistics step (logit lens, neighbours, the co-occurrence
     # budget) would otherwise rename every staging and bucket file when changed.
     config_hash = config_hash8({k: v for k, v in run_config.items() if k not in STATS_ONLY_SETTINGS})
-    target_windows = n_tokens // cfg.context_size
+    target_windows = request.n_tokens // cfg.context_size
     size = range_windows(cfg, rcfg)
     pending = plan_ranges(target_windows, size, progress.next_window, store.index_ranges(sae_id))
     staging_root = os.path.abspath(rcfg.staging_root or str(Path(store.path).parent / "staging"))

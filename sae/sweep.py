@@ -1,4 +1,4 @@
-"""Training runs as units of work: one run (what `workbench train` does) and sweeps of them, locally or on Ray.
+"""Sweeps of training runs over a grid of settings, locally or on Ray (one run is `sae.train.train_job`).
 
     grid = parse_sweep("k=16,32 d_sae=2304,4608")
     jobs = sweep_jobs(TrainJob(model="smollm2-135m", hook="blocks.3.hook_resid_post", out="runs/sweep"), grid)
@@ -13,15 +13,14 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
-from sae_workbench import defaults
 from sae_workbench.errors import WorkbenchError
 from sae_workbench.raycluster import Backend, RayConfig, check_backend, init_ray
+from sae_workbench.sae.train import TrainJob, TrainOutcome, train_job
 
 if TYPE_CHECKING:
     from transformer_lens import HookedTransformer
@@ -40,8 +39,6 @@ SWEEP_KEYS: dict[str, Callable[[str], Any]] = {
 TASK_RETRIES = 2
 """Times Ray reruns a training task whose worker died; each retry resumes from the run's checkpoint."""
 
-RunStatus = Literal["trained", "resumed", "done"]
-
 
 class SweepSpecError(WorkbenchError):
     """A --sweep specification names an unknown setting or a value of the wrong type."""
@@ -49,44 +46,6 @@ class SweepSpecError(WorkbenchError):
 
 class SweepFailedError(WorkbenchError):
     """At least one run of a sweep failed after its retries; the others are saved."""
-
-
-class JobModelError(WorkbenchError):
-    """A training job was handed a loaded model other than the one it names."""
-
-
-@dataclass(frozen=True)
-class TrainJob:
-    """Everything one training run needs; every path absolute once `resolved()` (workers may start elsewhere)."""
-
-    model: str = defaults.DEFAULT_MODEL
-    hook: str = defaults.DEFAULT_HOOK
-    corpus: str = defaults.DEFAULT_CORPUS
-    out: str = str(defaults.SAE_DIR)
-    cache: str | None = None
-    context_size: int = defaults.CONTEXT_SIZE
-    device: str = defaults.DEFAULT_DEVICE
-    eval_windows: int = defaults.HELD_OUT_WINDOWS
-    ce_windows: int = defaults.CE_WINDOWS
-    config: dict[str, Any] = field(default_factory=lambda: dict[str, Any]())
-    """TrainConfig fields (a plain dict so the job pickles and prints cleanly)."""
-
-    def resolved(self) -> TrainJob:
-        """The job with absolute paths."""
-        cache = str(Path(self.cache).expanduser().resolve()) if self.cache else None
-        return replace(self, out=str(Path(self.out).expanduser().resolve()), cache=cache)
-
-
-@dataclass(frozen=True)
-class TrainOutcome:
-    """What one run left in its folder."""
-
-    out: str
-    status: RunStatus
-    sae_id: str
-    n_tokens: int
-    seconds: float
-    metrics: dict[str, Any]
 
 
 def parse_sweep(spec: str) -> dict[str, list[Any]]:
@@ -123,101 +82,6 @@ def sweep_jobs(base: TrainJob, grid: dict[str, list[Any]]) -> list[TrainJob]:
             config["n_tokens" if key == "tokens" else key] = value
         jobs.append(replace(base, config=config, out=str(Path(base.out) / run_name(config, keys))))
     return jobs
-
-
-def _finished(out: Path, config: dict[str, Any]) -> bool:
-    """True when `out` holds this configuration's finished SAE and its metrics."""
-    from sae_workbench.sae.io import TRAIN_RESULT_FILENAME
-    from sae_workbench.sae.metrics import METRICS_FILENAME
-
-    saved = out / "train_config.json"
-    done = (out / TRAIN_RESULT_FILENAME).exists() and (out / METRICS_FILENAME).exists() and saved.exists()
-    return done and json.loads(saved.read_text()) == json.loads(json.dumps(config))
-
-
-def train_job(
-    job: TrainJob,
-    resume: bool | None = None,
-    progress: bool = True,
-    *,
-    model: HookedTransformer | None = None,
-    step: Callable[[str], None] | None = None,
-) -> TrainOutcome:
-    """Train, save and measure one SAE. resume: True = from the checkpoint (or an error), False = from scratch,
-    None = whatever the folder allows (skip a finished run, continue a checkpointed one, else start).
-
-    `model`: `job.model` already loaded and checked against the job's hook and context size (the CLI's
-    `load_subject`), so it is neither loaded nor checked again; None loads and checks it here (a Ray worker).
-    `step` is told each stage that has no progress bar of its own (the CLI prints it as a step line)."""
-    from sae_workbench.corpus import default_bos_id, resolve_corpus
-    from sae_workbench.models import check_context_size, hook_width, load_model, validate_hooks
-    from sae_workbench.sae.data import cache_source, first_held_out_window, streaming_source
-    from sae_workbench.sae.io import TRAIN_RESULT_FILENAME, load_sae
-    from sae_workbench.sae.metrics import held_out_metrics, read_metrics, write_metrics
-    from sae_workbench.sae.train import LATEST, TrainConfig, train_sae
-
-    job = job.resolved()
-    out = Path(job.out)
-    cfg = TrainConfig(**job.config)
-    if resume is None:
-        if _finished(out, cfg.to_dict()):
-            record = json.loads((out / TRAIN_RESULT_FILENAME).read_text())
-            return TrainOutcome(
-                job.out, "done", str(record["sae_id"]), int(record["n_tokens"]), 0.0, read_metrics(out) or {}
-            )
-        resume = (out / "checkpoints" / LATEST).exists() and (out / "train_config.json").exists()
-    step = step or _silent
-    if model is None:
-        step(f"loading model {job.model}")
-        lm = load_model(job.model, device=job.device)
-        validate_hooks(lm, [job.hook])
-        check_context_size(lm, job.context_size)
-    elif str(model.cfg.model_name) != job.model:
-        raise JobModelError(f"train_job was handed model {model.cfg.model_name!r} for a job on {job.model!r}")
-    else:
-        lm = model
-    assert lm.tokenizer is not None
-    step(f"corpus {job.corpus}")
-    corpus = resolve_corpus(job.corpus)
-    bos_id = default_bos_id(lm.tokenizer)
-    cache = Path(job.cache) if job.cache else None
-    if cache is not None:
-        source = cache_source(cache, job.hook)
-    else:
-        source = streaming_source(lm, job.hook, corpus, context_size=job.context_size, bos_id=bos_id)
-    meta = {
-        "context_size": job.context_size,
-        "prepend_bos": False,
-        "bos_id": bos_id,
-        "dataset_path": job.corpus,
-    }
-    step(
-        f"{'resuming' if resume else 'training'} a {cfg.architecture} SAE at {job.hook} into {out}"
-        + ("" if resume else " (first its initialisation from the data)")
-    )
-    result = train_sae(
-        source, hook_width(lm, job.hook), cfg, out, model_name=job.model, hook=job.hook, metadata=meta,
-        resume=resume, device=job.device, progress=progress,
-    )  # fmt: skip
-    first_window = first_held_out_window(cfg.n_tokens, job.context_size, cfg.shuffle_chunks, cache=cache)
-    step(f"held-out metrics on {job.eval_windows} windows after the training data (window {first_window} on)")
-    metrics = held_out_metrics(
-        load_sae(out, device=job.device), lm, job.hook, corpus, context_size=job.context_size, bos_id=bos_id,
-        first_window=first_window, n_windows=job.eval_windows, ce_windows=job.ce_windows, progress=progress,
-    )  # fmt: skip
-    eval_cfg = {
-        "model": job.model, "hook": job.hook, "corpus": job.corpus, "first_window": first_window,
-        "windows": job.eval_windows, "ce_windows": min(job.ce_windows, job.eval_windows),
-        "context_size": job.context_size, "bos_id": bos_id, "mask": "BOS + special tokens excluded",
-        "sae_id": result.sae_id,
-    }  # fmt: skip
-    write_metrics(out, metrics, eval_cfg)
-    status: RunStatus = "resumed" if resume else "trained"
-    return TrainOutcome(job.out, status, result.sae_id, result.n_tokens, result.seconds, metrics)
-
-
-def _silent(text: str) -> None:
-    """A `step` that says nothing."""
 
 
 def _train_task(job: TrainJob) -> TrainOutcome:

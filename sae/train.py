@@ -10,6 +10,11 @@ The output folder holds the SAE in SAELens format (cfg.json, sae_weights.safeten
 train_config.json, train_log.jsonl, checkpoints/ (the latest complete one; `resume=True` continues from it) and, once
 finished, train_result.json: the run's summary and the SAE's id, which `sae.io.sae_id_of` reads back instead of
 rehashing the weights.
+
+One run, as `workbench train` does it and each point of a sweep (`sae.sweep`), is `train_job(TrainJob(...))`: load
+the model, build the activation source, `train_sae`, then the held-out metrics. It is resumable by construction: it
+skips a run whose folder already holds its finished SAE and metrics, continues one from its latest sae-lens
+checkpoint, and starts the rest.
 """
 
 from __future__ import annotations
@@ -20,9 +25,10 @@ import logging
 import shutil
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import TYPE_CHECKING, Any, Literal, cast
 
 import torch
 from sae_lens import LoggingConfig, SAETrainer, TrainingSAE
@@ -45,6 +51,9 @@ from sae_workbench.sae.io import (
     save_sae,
 )
 from sae_workbench.sae.sparse_step import SparseTopKTrainingSAE
+
+if TYPE_CHECKING:
+    from transformer_lens import HookedTransformer
 
 log = logging.getLogger(__name__)
 
@@ -449,3 +458,139 @@ def train_sae(
     paths.atomic_write_bytes(out / TRAIN_RESULT_FILENAME, json.dumps(summary, indent=1).encode())
     shutil.rmtree(out / "checkpoints", ignore_errors=True)
     return result
+
+
+# ---------------------------------------------------------------------------------------------- one run
+
+RunStatus = Literal["trained", "resumed", "done"]
+
+
+class JobModelError(WorkbenchError):
+    """A training job was handed a loaded model other than the one it names."""
+
+
+@dataclass(frozen=True)
+class TrainJob:
+    """Everything one training run needs; every path absolute once `resolved()` (workers may start elsewhere)."""
+
+    model: str = defaults.DEFAULT_MODEL
+    hook: str = defaults.DEFAULT_HOOK
+    corpus: str = defaults.DEFAULT_CORPUS
+    out: str = str(defaults.SAE_DIR)
+    cache: str | None = None
+    context_size: int = defaults.CONTEXT_SIZE
+    device: str = defaults.DEFAULT_DEVICE
+    eval_windows: int = defaults.HELD_OUT_WINDOWS
+    ce_windows: int = defaults.CE_WINDOWS
+    config: dict[str, Any] = field(default_factory=lambda: dict[str, Any]())
+    """TrainConfig fields (a plain dict so the job pickles and prints cleanly)."""
+
+    def resolved(self) -> TrainJob:
+        """The job with absolute paths."""
+        cache = str(Path(self.cache).expanduser().resolve()) if self.cache else None
+        return replace(self, out=str(Path(self.out).expanduser().resolve()), cache=cache)
+
+
+@dataclass(frozen=True)
+class TrainOutcome:
+    """What one run left in its folder."""
+
+    out: str
+    status: RunStatus
+    sae_id: str
+    n_tokens: int
+    seconds: float
+    metrics: dict[str, Any]
+
+
+def _finished(out: Path, config: dict[str, Any]) -> bool:
+    """True when `out` holds this configuration's finished SAE and its metrics."""
+    from sae_workbench.sae.metrics import METRICS_FILENAME
+
+    saved = out / "train_config.json"
+    done = (out / TRAIN_RESULT_FILENAME).exists() and (out / METRICS_FILENAME).exists() and saved.exists()
+    return done and json.loads(saved.read_text()) == json.loads(json.dumps(config))
+
+
+def train_job(
+    job: TrainJob,
+    resume: bool | None = None,
+    progress: bool = True,
+    *,
+    model: HookedTransformer | None = None,
+    step: Callable[[str], None] | None = None,
+) -> TrainOutcome:
+    """Train, save and measure one SAE. resume: True = from the checkpoint (or an error), False = from scratch,
+    None = whatever the folder allows (skip a finished run, continue a checkpointed one, else start).
+
+    `model`: `job.model` already loaded and checked against the job's hook and context size (the CLI's
+    `load_subject`), so it is neither loaded nor checked again; None loads and checks it here (a Ray worker).
+    `step` is told each stage that has no progress bar of its own (the CLI prints it as a step line)."""
+    from sae_workbench.corpus import default_bos_id, resolve_corpus
+    from sae_workbench.models import check_context_size, hook_width, load_model, validate_hooks
+    from sae_workbench.sae.data import cache_source, first_held_out_window, streaming_source
+    from sae_workbench.sae.io import load_sae
+    from sae_workbench.sae.metrics import held_out_metrics, read_metrics, write_metrics
+
+    job = job.resolved()
+    out = Path(job.out)
+    cfg = TrainConfig(**job.config)
+    if resume is None:
+        if _finished(out, cfg.to_dict()):
+            record = json.loads((out / TRAIN_RESULT_FILENAME).read_text())
+            return TrainOutcome(
+                job.out, "done", str(record["sae_id"]), int(record["n_tokens"]), 0.0, read_metrics(out) or {}
+            )
+        resume = (out / "checkpoints" / LATEST).exists() and (out / "train_config.json").exists()
+    step = step or _silent
+    if model is None:
+        step(f"loading model {job.model}")
+        lm = load_model(job.model, device=job.device)
+        validate_hooks(lm, [job.hook])
+        check_context_size(lm, job.context_size)
+    elif str(model.cfg.model_name) != job.model:
+        raise JobModelError(f"train_job was handed model {model.cfg.model_name!r} for a job on {job.model!r}")
+    else:
+        lm = model
+    assert lm.tokenizer is not None
+    step(f"corpus {job.corpus}")
+    corpus = resolve_corpus(job.corpus)
+    bos_id = default_bos_id(lm.tokenizer)
+    cache = Path(job.cache) if job.cache else None
+    if cache is not None:
+        source = cache_source(cache, job.hook)
+    else:
+        source = streaming_source(lm, job.hook, corpus, context_size=job.context_size, bos_id=bos_id)
+    meta = {
+        "context_size": job.context_size,
+        "prepend_bos": False,
+        "bos_id": bos_id,
+        "dataset_path": job.corpus,
+    }
+    step(
+        f"{'resuming' if resume else 'training'} a {cfg.architecture} SAE at {job.hook} into {out}"
+        + ("" if resume else " (first its initialisation from the data)")
+    )
+    result = train_sae(
+        source, hook_width(lm, job.hook), cfg, out, model_name=job.model, hook=job.hook, metadata=meta,
+        resume=resume, device=job.device, progress=progress,
+    )  # fmt: skip
+    first_window = first_held_out_window(cfg.n_tokens, job.context_size, cfg.shuffle_chunks, cache=cache)
+    step(f"held-out metrics on {job.eval_windows} windows after the training data (window {first_window} on)")
+    metrics = held_out_metrics(
+        load_sae(out, device=job.device), lm, job.hook, corpus, context_size=job.context_size, bos_id=bos_id,
+        first_window=first_window, n_windows=job.eval_windows, ce_windows=job.ce_windows, progress=progress,
+    )  # fmt: skip
+    eval_cfg = {
+        "model": job.model, "hook": job.hook, "corpus": job.corpus, "first_window": first_window,
+        "windows": job.eval_windows, "ce_windows": min(job.ce_windows, job.eval_windows),
+        "context_size": job.context_size, "bos_id": bos_id, "mask": "BOS + special tokens excluded",
+        "sae_id": result.sae_id,
+    }  # fmt: skip
+    write_metrics(out, metrics, eval_cfg)
+    status: RunStatus = "resumed" if resume else "trained"
+    return TrainOutcome(job.out, status, result.sae_id, result.n_tokens, result.seconds, metrics)
+
+
+def _silent(text: str) -> None:
+    """A `step` that says nothing."""

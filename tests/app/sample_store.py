@@ -72,7 +72,9 @@ def build_sample_store(folder: Path, *, d_sae: int = 128, k: int = 8, seed: int 
 
     from sae_workbench.corpus import resolve_corpus
     from sae_workbench.models import load_model
-    from sae_workbench.sae.indexing import IndexConfig, compute_feature_stats, index_sae
+    from sae_workbench.sae.feature_stats import compute_feature_stats
+    from sae_workbench.sae.index_loop import index_sae
+    from sae_workbench.sae.index_request import IndexConfig, IndexRequest
     from sae_workbench.sae.io import save_sae
     from sae_workbench.store import Store
 
@@ -101,7 +103,7 @@ def build_sample_store(folder: Path, *, d_sae: int = 128, k: int = 8, seed: int 
     )  # fmt: skip
     cfg = IndexConfig(context_size=32, batch_size=8, commit_tokens=512, compute_stats=False)
     corpus = resolve_corpus(str(corpus_file))
-    index_sae(store, model, sae, HOOK, corpus, 32 * 1000, cfg, model_name=MODEL)
+    index_sae(store, IndexRequest(model, sae, HOOK, corpus, 32 * 1000, cfg, model_name=MODEL))
     compute_feature_stats(store, sae_id, sae, model, cfg)
 
     progress = store.index_progress(sae_id)

@@ -196,7 +196,7 @@ def test_negatives_take_either_spelling_in_both_commands(command: str, spelling:
 
 
 def test_train_config_defaults_are_the_cli_defaults() -> None:
-    from sae_workbench.sae.indexing import IndexConfig
+    from sae_workbench.sae.index_request import IndexConfig
     from sae_workbench.sae.train import TrainConfig
 
     cfg, params = TrainConfig(), inspect.signature(_commands()["train"]).parameters

@@ -8,7 +8,7 @@ import pytest
 from typer.testing import CliRunner
 
 from sae_workbench import cli, defaults
-from sae_workbench.sae.indexing import SAEHookMismatchError
+from sae_workbench.sae.index_loop import SAEHookMismatchError
 from sae_workbench.sae.io import load_sae, save_sae
 from sae_workbench.store import Store
 from tests.sae.test_indexing import TEXT, make_sae

@@ -12,13 +12,9 @@ import numpy as np
 import pytest
 
 from sae_workbench.corpus import resolve_corpus
-from sae_workbench.sae.indexing import (
-    CooccurrenceBudgetError,
-    IndexConfig,
-    compute_feature_stats,
-    cooccurrence_neighbours,
-    index_sae,
-)
+from sae_workbench.sae.feature_stats import compute_feature_stats, cooccurrence_neighbours
+from sae_workbench.sae.index_loop import index_sae
+from sae_workbench.sae.index_request import CooccurrenceBudgetError, IndexConfig, IndexRequest
 from sae_workbench.store import Store
 from sae_workbench.store.partitioned import activations_relation
 from tests.sae.test_indexing import HOOK, TEXT, make_sae
@@ -37,7 +33,7 @@ def indexed(tiny_model, store_layout: str, graduated_copy, tmp_path_factory: pyt
     sae = make_sae()
     cfg = IndexConfig(context_size=CONTEXT, batch_size=4, commit_tokens=256, compute_stats=False)
     result = index_sae(
-        store, tiny_model, sae, HOOK, resolve_corpus(str(corpus_path)), CONTEXT * N_WINDOWS, cfg
+        store, IndexRequest(tiny_model, sae, HOOK, resolve_corpus(str(corpus_path)), CONTEXT * N_WINDOWS, cfg)
     )
     if store_layout == "partitioned":
         store = graduated_copy(store, folder / "parted")

@@ -10,13 +10,9 @@ import torch
 from sae_lens import TopKSAE, TopKSAEConfig
 
 from sae_workbench.corpus import iter_windows, resolve_corpus
-from sae_workbench.sae.indexing import (
-    IndexConfig,
-    SAEHookMismatchError,
-    cooccurrence_neighbours,
-    decoder_neighbours,
-    index_sae,
-)
+from sae_workbench.sae.feature_stats import cooccurrence_neighbours, decoder_neighbours
+from sae_workbench.sae.index_loop import SAEHookMismatchError, index_sae
+from sae_workbench.sae.index_request import IndexConfig, IndexRequest
 from sae_workbench.sae.io import SAEShapeMismatchError, compute_sae_id
 from sae_workbench.store import Store
 
@@ -48,7 +44,7 @@ def test_index_writes_rows_matching_a_direct_encode(tiny_model, corpus_file: Pat
     sae = make_sae()
     corpus = resolve_corpus(str(corpus_file))
     cfg = IndexConfig(context_size=32, batch_size=4, commit_tokens=256)
-    result = index_sae(store, tiny_model, sae, HOOK, corpus, 32 * 20, cfg)
+    result = index_sae(store, IndexRequest(tiny_model, sae, HOOK, corpus, 32 * 20, cfg))
     assert result.new_windows == 20 and result.new_tokens == 640
     sae_id = compute_sae_id(sae, tiny_model.cfg.model_name, HOOK)
     assert result.sae_id == sae_id
@@ -80,14 +76,14 @@ def test_index_twice_adds_nothing_and_topk_option(tiny_model, corpus_file: Path,
     sae = make_sae()
     corpus = resolve_corpus(str(corpus_file))
     cfg = IndexConfig(context_size=32, batch_size=4, top_k=2)
-    first = index_sae(store, tiny_model, sae, HOOK, corpus, 32 * 10, cfg)
+    first = index_sae(store, IndexRequest(tiny_model, sae, HOOK, corpus, 32 * 10, cfg))
     rows = store.activation_count(first.sae_id)
     assert rows <= 10 * 31 * 2 and rows > 10 * 31  # top-2 per counted token
-    again = index_sae(store, tiny_model, sae, HOOK, corpus, 32 * 10, cfg)
+    again = index_sae(store, IndexRequest(tiny_model, sae, HOOK, corpus, 32 * 10, cfg))
     assert again.new_windows == 0 and again.new_rows == 0
     assert store.activation_count(first.sae_id) == rows
     # A second SAE lives side by side over the same windows.
-    other = index_sae(store, tiny_model, make_sae(seed=1), HOOK, corpus, 32 * 10, cfg)
+    other = index_sae(store, IndexRequest(tiny_model, make_sae(seed=1), HOOK, corpus, 32 * 10, cfg))
     assert other.sae_id != first.sae_id and len(store.list_saes()) == 2
     assert store.activation_count(first.sae_id) == rows
     assert len(store.window_ids(corpus.name)) == 10
@@ -97,9 +93,14 @@ def test_mismatched_sae_raises_typed_errors(tiny_model, corpus_file: Path, tmp_p
     store = Store.open(tmp_path / "s.duckdb")
     corpus = resolve_corpus(str(corpus_file))
     with pytest.raises(SAEShapeMismatchError):
-        index_sae(store, tiny_model, make_sae(d_in=32), HOOK, corpus, 320, IndexConfig(context_size=32))
+        index_sae(
+            store,
+            IndexRequest(tiny_model, make_sae(d_in=32), HOOK, corpus, 320, IndexConfig(context_size=32)),
+        )
     with pytest.raises(SAEHookMismatchError, match=r"--hook blocks\.1\.hook_resid_post"):
-        index_sae(store, tiny_model, make_sae(hook="blocks.1.hook_resid_post"), HOOK, corpus, 320)
+        index_sae(
+            store, IndexRequest(tiny_model, make_sae(hook="blocks.1.hook_resid_post"), HOOK, corpus, 320)
+        )
     assert store.list_saes() == []
 
 
@@ -108,7 +109,8 @@ import os, sys, torch
 sys.path.insert(0, sys.argv[4])
 from tests.sae.test_indexing import make_sae
 from sae_workbench.corpus import resolve_corpus
-from sae_workbench.sae.indexing import IndexConfig, index_sae
+from sae_workbench.sae.index_loop import index_sae
+from sae_workbench.sae.index_request import IndexConfig, IndexRequest
 from sae_workbench.models import load_model
 from sae_workbench.store import Store
 import sae_workbench.store.store as st
@@ -121,8 +123,8 @@ def add_then_die(self, *args, **kwargs):
         os._exit(9)  # killed mid-run, right after a commit
 st.Store.add_index_batch = add_then_die
 torch.set_num_threads(1)
-index_sae(Store.open(sys.argv[1]), load_model("tiny"), make_sae(), "blocks.0.hook_resid_post",
-          resolve_corpus(sys.argv[2]), 32 * 24, IndexConfig(context_size=32, batch_size=4, commit_tokens=256))
+index_sae(Store.open(sys.argv[1]), IndexRequest(load_model("tiny"), make_sae(), "blocks.0.hook_resid_post",
+          resolve_corpus(sys.argv[2]), 32 * 24, IndexConfig(context_size=32, batch_size=4, commit_tokens=256)))
 """
 
 
@@ -149,10 +151,12 @@ def test_killed_run_resumes_without_loss_or_duplicates(tiny_model, corpus_file: 
     progress = store.index_progress(sae_id)
     assert progress is not None and progress.next_window == 16 and not progress.finalized
     cfg = IndexConfig(context_size=32, batch_size=4, commit_tokens=256)
-    resumed = index_sae(store, tiny_model, sae, HOOK, resolve_corpus(str(corpus_file)), 32 * 24, cfg)
+    resumed = index_sae(
+        store, IndexRequest(tiny_model, sae, HOOK, resolve_corpus(str(corpus_file)), 32 * 24, cfg)
+    )
     assert resumed.new_windows == 8
     clean = Store.open(tmp_path / "clean.duckdb")
-    index_sae(clean, tiny_model, sae, HOOK, resolve_corpus(str(corpus_file)), 32 * 24, cfg)
+    index_sae(clean, IndexRequest(tiny_model, sae, HOOK, resolve_corpus(str(corpus_file)), 32 * 24, cfg))
     a = store.activation_coordinates(sae_id).sort_by([("feature", "ascending"), ("window_id", "ascending"),
                                                       ("position", "ascending")])  # fmt: skip
     b = clean.activation_coordinates(sae_id).sort_by([("feature", "ascending"), ("window_id", "ascending"),
@@ -164,8 +168,12 @@ def test_killed_run_resumes_without_loss_or_duplicates(tiny_model, corpus_file: 
 def test_feature_stats_hand_checked(tiny_model, corpus_file: Path, tmp_path: Path) -> None:
     store = Store.open(tmp_path / "s.duckdb")
     sae = make_sae()
-    result = index_sae(store, tiny_model, sae, HOOK, resolve_corpus(str(corpus_file)), 32 * 12,
-                       IndexConfig(context_size=32))  # fmt: skip
+    result = index_sae(
+        store,
+        IndexRequest(
+            tiny_model, sae, HOOK, resolve_corpus(str(corpus_file)), 32 * 12, IndexConfig(context_size=32)
+        ),
+    )
     coords = store.activation_coordinates(result.sae_id)
     feats = coords.column("feature").to_numpy()
     vals = coords.column("value").to_numpy()

@@ -17,7 +17,8 @@ import pytest
 from sae_workbench.corpus import resolve_corpus
 from sae_workbench.faults import FAULT_ENV
 from sae_workbench.raycluster import RayConfig
-from sae_workbench.sae.indexing import IndexConfig, index_sae
+from sae_workbench.sae.index_loop import index_sae
+from sae_workbench.sae.index_request import IndexConfig, IndexRequest
 from sae_workbench.sae.ray_index import RayIndexConfig, index_sae_ray, plan_ranges, staging_paths
 from sae_workbench.store import Store
 from sae_workbench.store.ranges import IndexRange
@@ -45,7 +46,10 @@ def corpus_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def local_store(tiny_model, corpus_file: Path, tmp_path_factory: pytest.TempPathFactory) -> Store:
     """The reference: the same SAE indexed by the local backend."""
     store = Store.open(tmp_path_factory.mktemp("local") / "s.duckdb")
-    index_sae(store, tiny_model, make_sae(), HOOK, resolve_corpus(str(corpus_file)), WINDOWS * CTX, CONFIG)
+    index_sae(
+        store,
+        IndexRequest(tiny_model, make_sae(), HOOK, resolve_corpus(str(corpus_file)), WINDOWS * CTX, CONFIG),
+    )
     return store
 
 
@@ -114,7 +118,9 @@ def test_ray_index_equals_local_and_survives_an_actor_dying_mid_range(
     store = Store.open(tmp_path / "ray.duckdb")
     sae = make_sae()
     result = index_sae_ray(
-        store, tiny_model, sae, HOOK, resolve_corpus(str(corpus_file)), WINDOWS * CTX, CONFIG, RAY
+        store,
+        IndexRequest(tiny_model, sae, HOOK, resolve_corpus(str(corpus_file)), WINDOWS * CTX, CONFIG),
+        RAY,
     )
     assert marker.exists(), "the fault never fired: the test did not kill an actor"
     assert result.new_windows == WINDOWS and result.new_rows == store.activation_count(result.sae_id)
@@ -123,7 +129,9 @@ def test_ray_index_equals_local_and_survives_an_actor_dying_mid_range(
     assert not any((tmp_path / "staging").rglob("*.parquet"))
     # Rerunning a finished index adds nothing.
     again = index_sae_ray(
-        store, tiny_model, sae, HOOK, resolve_corpus(str(corpus_file)), WINDOWS * CTX, CONFIG, RAY
+        store,
+        IndexRequest(tiny_model, sae, HOOK, resolve_corpus(str(corpus_file)), WINDOWS * CTX, CONFIG),
+        RAY,
     )
     assert again.new_windows == 0 and again.new_rows == 0
     assert_each_range_once(store, result.sae_id)
@@ -151,12 +159,9 @@ def test_an_actor_dying_between_its_two_staging_files_leaves_a_range_the_rerun_r
     with pytest.raises(ray_cluster.exceptions.RayActorError):
         index_sae_ray(
             store,
-            tiny_model,
-            make_sae(),
-            HOOK,
-            resolve_corpus(str(corpus_file)),
-            WINDOWS * CTX,
-            CONFIG,
+            IndexRequest(
+                tiny_model, make_sae(), HOOK, resolve_corpus(str(corpus_file)), WINDOWS * CTX, CONFIG
+            ),
             no_retry,
         )
     assert first.exists(), "the fault never fired: the test did not kill an actor"
@@ -170,7 +175,9 @@ def test_an_actor_dying_between_its_two_staging_files_leaves_a_range_the_rerun_r
     second = tmp_path / "died-half-staged-2"
     monkeypatch.setenv(FAULT_ENV, f"index-range-staged-8:{second}")
     result = index_sae_ray(
-        store, tiny_model, make_sae(), HOOK, resolve_corpus(str(corpus_file)), WINDOWS * CTX, CONFIG, RAY
+        store,
+        IndexRequest(tiny_model, make_sae(), HOOK, resolve_corpus(str(corpus_file)), WINDOWS * CTX, CONFIG),
+        RAY,
     )
     assert second.exists(), "the fault never fired on the rerun: Ray's retry was not exercised"
     committed_before = WINDOWS - result.new_windows
@@ -216,11 +223,12 @@ from tests.sae.test_ray_index import CONFIG, CTX, HOOK, ONE_WORKER, WINDOWS, mak
 from sae_workbench.corpus import resolve_corpus
 from sae_workbench.models import load_model
 from sae_workbench.raycluster import RayConfig
+from sae_workbench.sae.index_request import IndexRequest
 from sae_workbench.sae.ray_index import index_sae_ray
 from sae_workbench.store import Store
 ray = RayConfig(address=sys.argv[4])
-index_sae_ray(Store.open(sys.argv[2]), load_model("tiny"), make_sae(), HOOK, resolve_corpus(sys.argv[3]), WINDOWS * CTX,
-              CONFIG, ONE_WORKER, ray_config=ray)
+index_sae_ray(Store.open(sys.argv[2]), IndexRequest(load_model("tiny"), make_sae(), HOOK, resolve_corpus(sys.argv[3]),
+              WINDOWS * CTX, CONFIG), ONE_WORKER, ray_config=ray)
 print("DRIVER DONE", flush=True)
 """
 
@@ -261,9 +269,11 @@ def test_sigkilled_driver_then_rerun_commits_every_range_once(
         Path(acts_file).parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(garbage, acts_file)
     result = index_sae_ray(
-        store, tiny_model, sae, HOOK, resolve_corpus(str(corpus_file)), WINDOWS * CTX, CONFIG, ONE_WORKER,
+        store,
+        IndexRequest(tiny_model, sae, HOOK, resolve_corpus(str(corpus_file)), WINDOWS * CTX, CONFIG),
+        ONE_WORKER,
         ray_config=RayConfig(address=address),
-    )  # fmt: skip
+    )
     assert result.new_windows == WINDOWS - sum(r.end - r.start for r in committed)
     assert_each_range_once(store, record.sae_id)
     assert_same_index(store, local_store)
@@ -311,11 +321,13 @@ import dataclasses
 from sae_workbench.corpus import resolve_corpus
 from sae_workbench.models import load_model
 from sae_workbench.raycluster import RayConfig
+from sae_workbench.sae.index_request import IndexRequest
 from sae_workbench.sae.ray_index import index_sae_ray
 from sae_workbench.store import Store
 ray = RayConfig(address=sys.argv[4])
-index_sae_ray(Store.open(sys.argv[2]), load_model("tiny"), make_sae(d_sae=WIDE), HOOK, resolve_corpus(sys.argv[3]),
-              WINDOWS * CTX, CONFIG, dataclasses.replace(ONE_WORKER, partition_root=sys.argv[5]), ray_config=ray)
+index_sae_ray(Store.open(sys.argv[2]), IndexRequest(load_model("tiny"), make_sae(d_sae=WIDE), HOOK,
+              resolve_corpus(sys.argv[3]), WINDOWS * CTX, CONFIG),
+              dataclasses.replace(ONE_WORKER, partition_root=sys.argv[5]), ray_config=ray)
 print("DRIVER DONE", flush=True)
 """
 
@@ -329,7 +341,10 @@ def test_driver_dying_in_the_reduce_then_rerun_reduces_only_the_missing_buckets(
 
     local = Store.open(tmp_path / "local.duckdb")
     index_sae(
-        local, tiny_model, make_sae(d_sae=WIDE), HOOK, resolve_corpus(str(corpus_file)), WINDOWS * CTX, CONFIG
+        local,
+        IndexRequest(
+            tiny_model, make_sae(d_sae=WIDE), HOOK, resolve_corpus(str(corpus_file)), WINDOWS * CTX, CONFIG
+        ),
     )
     path, root = tmp_path / "ray.duckdb", tmp_path / "parquet"
     address = ray_cluster.get_runtime_context().gcs_address
@@ -352,9 +367,13 @@ def test_driver_dying_in_the_reduce_then_rerun_reduces_only_the_missing_buckets(
     first_mtime = first_file.stat().st_mtime_ns
     time.sleep(0.05)
     result = index_sae_ray(
-        store, tiny_model, make_sae(d_sae=WIDE), HOOK, resolve_corpus(str(corpus_file)), WINDOWS * CTX, CONFIG,
-        dataclasses.replace(ONE_WORKER, partition_root=str(root)), ray_config=RayConfig(address=address),
-    )  # fmt: skip
+        store,
+        IndexRequest(
+            tiny_model, make_sae(d_sae=WIDE), HOOK, resolve_corpus(str(corpus_file)), WINDOWS * CTX, CONFIG
+        ),
+        dataclasses.replace(ONE_WORKER, partition_root=str(root)),
+        ray_config=RayConfig(address=address),
+    )
     assert result.new_windows == 0  # every range was committed before the crash
     assert store.index_buckets(record.sae_id, part).keys() == {0, 1, 2}
     assert first_file.stat().st_mtime_ns == first_mtime  # not reduced again

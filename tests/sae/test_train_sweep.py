@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from sae_workbench.faults import FAULT_ENV
-from sae_workbench.sae.sweep import SweepSpecError, TrainJob, parse_sweep, run_sweep, sweep_jobs
+from sae_workbench.sae.sweep import SweepSpecError, parse_sweep, run_sweep, sweep_jobs
+from sae_workbench.sae.train import TrainJob
 
 
 def test_sweep_spec_expands_to_one_folder_per_grid_point(tmp_path: Path) -> None:

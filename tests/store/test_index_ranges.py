@@ -76,7 +76,8 @@ def test_each_range_commits_once_and_progress_follows_the_prefix(tmp_path: Path)
 
 def test_local_index_refuses_to_run_past_a_ray_gap(tiny_model, tmp_path: Path) -> None:
     from sae_workbench.corpus import resolve_corpus
-    from sae_workbench.sae.indexing import IndexConfig, index_sae, start_indexing
+    from sae_workbench.sae.index_loop import index_sae, start_indexing
+    from sae_workbench.sae.index_request import IndexConfig, IndexRequest
     from tests.sae.test_indexing import HOOK, TEXT, make_sae
 
     corpus_file = tmp_path / "corpus.txt"
@@ -84,8 +85,8 @@ def test_local_index_refuses_to_run_past_a_ray_gap(tiny_model, tmp_path: Path) -
     corpus = resolve_corpus(str(corpus_file))
     store = Store.open(tmp_path / "s.duckdb")
     sae, cfg = make_sae(), IndexConfig(context_size=T, batch_size=4)
-    sae_id, _, _ = start_indexing(store, tiny_model, sae, HOOK, corpus, cfg, None, None, None, None)
+    sae_id, _, _ = start_indexing(store, IndexRequest(tiny_model, sae, HOOK, corpus, 16 * T, cfg))
     staged = stage(tmp_path, 8, 16)
     assert store.commit_index_range(sae_id, corpus.name, staged, "cfg")
     with pytest.raises(WorkbenchError, match="--backend ray"):
-        index_sae(store, tiny_model, sae, HOOK, corpus, 16 * T, cfg)
+        index_sae(store, IndexRequest(tiny_model, sae, HOOK, corpus, 16 * T, cfg))

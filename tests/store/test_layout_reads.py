@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from sae_workbench.corpus import Corpus
-from sae_workbench.sae.indexing import IndexConfig, IndexResult, compute_feature_stats
+from sae_workbench.sae.feature_stats import compute_feature_stats
+from sae_workbench.sae.index_request import IndexConfig, IndexResult
 from sae_workbench.store import Store
 from tests.examples import test_sampling as sampling
 from tests.sae import test_indexing as indexing

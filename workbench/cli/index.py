@@ -54,7 +54,8 @@ def index(
     from sae_workbench.corpus import resolve_corpus
     from sae_workbench.model_identity import check_model_identity
     from sae_workbench.models import load_model
-    from sae_workbench.sae.indexing import IndexConfig, index_sae
+    from sae_workbench.sae.index_loop import index_sae
+    from sae_workbench.sae.index_request import IndexConfig, IndexRequest
     from sae_workbench.sae.io import (
         load_sae,
         recorded_fingerprint,
@@ -89,32 +90,27 @@ def index(
     # index_sae checks the hook and window size against the model and the SAE (once), and reads the SAE's id back
     # from its training record when the folder has one.
     step(f"indexing {tokens:,} tokens of {corpus} into {store}, then feature statistics")
-    run_options = {
-        "model_name": model,
-        "sae_path": str(sae_dir.resolve()) if sae_dir.exists() else sae,
-        "sae_metrics": read_metrics(sae_dir) if sae_dir.is_dir() else None,
-    }
     opened, corpus_ = Store.open(store), resolve_corpus(corpus)
+    request = IndexRequest(
+        loaded_model,
+        loaded_sae,
+        hook,
+        corpus_,
+        tokens,
+        cfg,
+        model_name=model,
+        sae_path=str(sae_dir.resolve()) if sae_dir.exists() else sae,
+        sae_metrics=read_metrics(sae_dir) if sae_dir.is_dir() else None,
+    )
     if backend == "ray":
         from sae_workbench.raycluster import RayConfig
         from sae_workbench.sae.ray_index import RayIndexConfig, index_sae_ray
 
         ray_index = RayIndexConfig(workers=workers, device=device, partition_root=partition_root)
         ray_config = RayConfig(address=ray_address)
-        result = index_sae_ray(
-            opened,
-            loaded_model,
-            loaded_sae,
-            hook,
-            corpus_,
-            tokens,
-            cfg,
-            ray_index,
-            ray_config=ray_config,
-            **run_options,
-        )
+        result = index_sae_ray(opened, request, ray_index, ray_config=ray_config)
     else:
-        result = index_sae(opened, loaded_model, loaded_sae, hook, corpus_, tokens, cfg, **run_options)
+        result = index_sae(opened, request)
     typer.echo(
         f"sae {result.sae_id}: {result.new_windows} new windows, {result.new_rows:,} activation rows "
         f"({result.tokens_per_s:,.0f} tok/s) → {store}"

@@ -81,8 +81,8 @@ def train(
     """Train an SAE with sae-lens, save it in SAELens format, and print held-out metrics (with their directions)."""
     from sae_workbench.raycluster import RayConfig, check_backend
     from sae_workbench.sae.metrics import METRICS
-    from sae_workbench.sae.sweep import TrainJob, TrainOutcome, parse_sweep, run_sweep, sweep_jobs, train_job
-    from sae_workbench.sae.train import TrainConfig
+    from sae_workbench.sae.sweep import parse_sweep, run_sweep, sweep_jobs
+    from sae_workbench.sae.train import TrainConfig, TrainJob, TrainOutcome, train_job
 
     check_backend(backend)
     cfg = TrainConfig(

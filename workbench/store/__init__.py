@@ -58,7 +58,7 @@ Public API of `Store` (records are frozen dataclasses from `sae_workbench.store.
   get_windows(corpus, window_ids) -> list[Window];  window_tokens(corpus, ids) -> {id: (token_strings, mask)}
   window_ids(corpus) -> ndarray;  window_texts(corpus, ids) -> list[str]
 
-  Activations / indexing (written by sae_workbench.sae.indexing)
+  Activations / indexing (written by sae_workbench.sae.index_loop)
   start_index(sae_id, corpus, context_size, top_k, config) -> IndexProgress;  index_progress(sae_id) -> IndexProgress | None
   add_activations(sae_id, batch: pa.Table | pa.RecordBatch [feature, window_id, position, value]) -> int
   add_index_batch(sae_id, corpus, windows: dict, activations, next_window, n_tokens) -> None   (atomic, idempotent)
@@ -81,7 +81,7 @@ Public API of `Store` (records are frozen dataclasses from `sae_workbench.store.
   windows_missing_embeddings(corpus, model) -> ndarray
   embedding_count(corpus, model) -> int
 
-  Feature statistics (filled by sae_workbench.sae.indexing.compute_feature_stats)
+  Feature statistics (filled by sae_workbench.sae.feature_stats.compute_feature_stats)
   compute_activation_stats(sae_id, quantile_levels=…, n_bins=32) -> int;  put_feature_neighbours(sae_id, table) -> None
   feature_stats(sae_id, feature) -> FeatureStats;  feature_table(sae_id) -> pa.Table
 

@@ -1,6 +1,6 @@
 """Indexing bookkeeping and the activation tables: `index_runs`, `activations_staging`, `activations`.
 
-Written by `sae_workbench.sae.indexing`: start_index, then add_index_batch per batch (atomic, idempotent), then
+Written by `sae_workbench.sae.index_loop`: start_index, then add_index_batch per batch (atomic, idempotent), then
 finalize_index, which sorts the staged rows by feature into the query table.
 """
 

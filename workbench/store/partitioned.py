@@ -247,6 +247,18 @@ def write_bucket_from_files(files: list[str], features: tuple[int, int], path: s
         conn.close()
 
 
+def write_bucket_from_files(files: list[str], features: tuple[int, int], path: str) -> int:
+    """`write_bucket` of the rows of features [lo, hi) read from Parquet files (columns feature, window_id, position,
+    value), on a DuckDB connection of its own (never the store file): the reduce task of `index --backend ray`."""
+    listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
+    rows_sql = f"SELECT feature, window_id, position, value FROM read_parquet([{listed}]) WHERE feature >= ? AND feature < ?"
+    conn = duckdb.connect()
+    try:
+        return write_bucket(conn, rows_sql, [features[0], features[1]], path)
+    finally:
+        conn.close()
+
+
 def write_window_chunk(conn: duckdb.DuckDBPyConnection, rows_sql: str, params: list[Any], path: str) -> int:
     """COPY one chunk of windows (`rows_sql` yields the `windows` table's columns but corpus) to `path`, sorted by
     window id; return the rows (write to a staging path, then `move_file` it into place)."""

@@ -1,5 +1,5 @@
 """Feature statistics (`feature_stats`) and neighbours (`feature_neighbours`), filled by
-`sae_workbench.sae.indexing.compute_feature_stats`."""
+`sae_workbench.sae.feature_stats.compute_feature_stats`."""
 
 from __future__ import annotations
 
