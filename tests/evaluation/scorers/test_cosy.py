@@ -33,7 +33,7 @@ HOOK = "hook_embed"  # the token embedding: the planted encoder reads token iden
 def planted_means(tiny_model) -> ModelFeatureMeans:
     """Feature 0 fires on the word "def" in any spelling (" def", "def", "Def", …): ReLU(10·(⟨x, e⟩/|e|² − 0.9))
     maxed over those tokens' embeddings; feature 1 is always 0."""
-    from sae_workbench.sae.indexing import vocab_strings
+    from sae_workbench.sae.vocab import vocab_strings
 
     strings_V = vocab_strings(tiny_model.tokenizer)
     ids = [i for i, s in enumerate(strings_V) if s.strip().lower() == "def"]

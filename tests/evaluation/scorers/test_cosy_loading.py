@@ -19,7 +19,8 @@ from sae_workbench.evaluation.scorers.cosy import (
 )
 from sae_workbench.evaluation.scorers.job import run_scoring, score_backends
 from sae_workbench.evaluation.scorers.registry import SCORERS, make_scorer
-from sae_workbench.sae.indexing import IndexConfig, index_sae
+from sae_workbench.sae.index_loop import index_sae
+from sae_workbench.sae.index_request import IndexConfig, IndexRequest
 from sae_workbench.sae.io import compute_sae_id, load_sae, save_sae
 from sae_workbench.status import Status
 from sae_workbench.store import ExplanationRecord, Store
@@ -38,8 +39,9 @@ def indexed(tiny_model, tmp_path: Path) -> tuple[Store, str, Path, Path]:
     sae = load_sae(str(sae_dir))
     store = Store.open(tmp_path / "store.duckdb")
     cfg = IndexConfig(context_size=CONTEXT, batch_size=4)
-    index_sae(store, tiny_model, sae, HOOK, resolve_corpus(str(corpus_path)), CONTEXT * INDEXED_WINDOWS, cfg,
-              model_name="tiny")  # fmt: skip
+    corpus = resolve_corpus(str(corpus_path))
+    request = IndexRequest(tiny_model, sae, HOOK, corpus, CONTEXT * INDEXED_WINDOWS, cfg, model_name="tiny")
+    index_sae(store, request)
     return store, compute_sae_id(sae, "tiny", HOOK), sae_dir, corpus_path
 
 

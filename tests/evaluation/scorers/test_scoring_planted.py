@@ -64,7 +64,7 @@ def build_planted_store(path: Path, n_windows: int = N_WINDOWS, extra_tokens: tu
     """
     from sae_workbench.corpus import iter_windows, resolve_corpus
     from sae_workbench.models import tiny_tokenizer
-    from sae_workbench.sae.indexing import vocab_strings
+    from sae_workbench.sae.vocab import vocab_strings
 
     tokenizer = tiny_tokenizer()
     strings_V = vocab_strings(tokenizer)
