@@ -15,7 +15,7 @@ import torch
 from sae_workbench.app.settings import served_on_network
 from sae_workbench.app.views import PlaygroundResult
 from sae_workbench.errors import WorkbenchError
-from sae_workbench.store.records import SAERecord
+from sae_workbench.store.rows import SAERecord
 
 if TYPE_CHECKING:
     from sae_workbench.evaluation.attribution.depass import TokenAttribution

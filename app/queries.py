@@ -44,7 +44,7 @@ from sae_workbench.store.errors import (
     StoreNotFoundError,
     UnknownSAEError,
 )
-from sae_workbench.store.records import Example, SAERecord
+from sae_workbench.store.rows import Example, SAERecord
 
 __all__ = [
     "FeatureOutOfRangeError",

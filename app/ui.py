@@ -9,7 +9,7 @@ import streamlit as st
 
 from sae_workbench.app import commands, queries, render
 from sae_workbench.app.main import PAGES_DIR
-from sae_workbench.store.records import SAERecord
+from sae_workbench.store.rows import SAERecord
 
 T = TypeVar("T")
 

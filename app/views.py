@@ -7,7 +7,7 @@ from typing import Any
 
 import numpy as np
 
-from sae_workbench.store.records import (
+from sae_workbench.store.rows import (
     EvalRecord,
     ExplanationRecord,
     FeatureStats,

@@ -39,7 +39,7 @@ WORDS = (
 
 def add_explanations(store: Store, n: int, seed: int = 0) -> None:
     """`n` explanations over random features, in one transaction."""
-    from sae_workbench.store.records import ExplanationRecord
+    from sae_workbench.store.rows import ExplanationRecord
 
     rng = np.random.default_rng(seed)
     with store.session(), store.transaction():

@@ -233,7 +233,7 @@ def _add_attributions(store, sae_id: str, feature: int) -> tuple[int, int]:
 def _add_explanations(store, sae_id: str, feature: int, xss_feature: int, windows) -> None:
     """Explanations (lexical, PRISM with clusters, tree with its tree), scores with both negative kinds, samples,
     and an absorption eval that names `feature`."""
-    from sae_workbench.store.records import ExplanationRecord, Sample, ScoreRecord
+    from sae_workbench.store.rows import ExplanationRecord, Sample, ScoreRecord
 
     negatives = random_negatives(store, sae_id, feature, 4, seed=0)
     store.add_sample(Sample(sae_id, feature, "RANDOM_NEGATIVE", 0, {"k": 4}, negatives))

@@ -207,7 +207,7 @@ def _writer_script(path: Path, sae_id: str, feature: int, n: int) -> str:
         f"""
         import time
         from sae_workbench.store import Store
-        from sae_workbench.store.records import ExplanationRecord
+        from sae_workbench.store.rows import ExplanationRecord
         store = Store.open({str(path)!r}, busy_timeout_s=60)
         for i in range({n}):
             store.add_explanation(ExplanationRecord(

@@ -59,7 +59,7 @@ NOT_FAMILIES = {
     "export.py": "export of whole tables by name",
     "verify.py": "the whole-store check: every table against the schema and the ledgers",
     "lease.py": "the long writers' lease (no SQL)",
-    "records.py": "typed rows (no SQL)",
+    "rows.py": "typed rows (no SQL)",
     "errors.py": "error types (no SQL)",
 }
 # Known reaches across families, each with why it is still there; the test fails when one is no longer needed.

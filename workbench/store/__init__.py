@@ -42,7 +42,7 @@ Tables: saes, windows, index_runs, activations_staging, activations (sparse: sae
 value; sorted by feature after indexing; empty for a partitioned SAE), activation_partitions and window_partitions (the Parquet ledgers), feature_stats, feature_neighbours, window_vectors (float32 blobs),
 explanations (status), scores (status, score_key UNIQUE), evals, llm_cache, samples, schema_migrations.
 
-Public API of `Store` (records are frozen dataclasses from `sae_workbench.store.records`; statuses are
+Public API of `Store` (records are frozen dataclasses from `sae_workbench.store.rows`; statuses are
 `sae_workbench.status.Status`):
 
   Store.open(path, read_only=False, *, busy_timeout_s=60.0) -> Store
@@ -128,7 +128,7 @@ from sae_workbench.store.errors import (
     StoreReadOnlyError,
     UnknownSAEError,
 )
-from sae_workbench.store.records import (
+from sae_workbench.store.rows import (
     EvalRecord,
     Example,
     ExplanationRecord,

@@ -18,7 +18,7 @@ import numpy as np
 from sae_workbench.store import feature_rows
 from sae_workbench.store.feature_rows import FeatureRows
 from sae_workbench.store.indexing import Indexing
-from sae_workbench.store.records import Example, IndexProgress, WindowMaxima
+from sae_workbench.store.rows import Example, IndexProgress, WindowMaxima
 from sae_workbench.store.sql import in_ids, numpy_columns
 
 RANK_PREFIX_PER_EXAMPLE = 4

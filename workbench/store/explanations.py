@@ -8,7 +8,7 @@ from typing import Any
 from sae_workbench.status import Status
 from sae_workbench.store.base import StoreBase
 from sae_workbench.store.errors import StoreError
-from sae_workbench.store.records import ExplanationRecord
+from sae_workbench.store.rows import ExplanationRecord
 from sae_workbench.store.sql import dumps, insert_arrow, loads, pa, read_status, status_text
 
 _COLUMNS = (

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from sae_workbench.store.records import WindowMaxima
+from sae_workbench.store.rows import WindowMaxima
 
 ROWS_CAP = 1 << 17
 """Most rows held for one feature (~1.8 MB); denser features are aggregated by DuckDB instead."""

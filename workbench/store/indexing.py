@@ -17,7 +17,7 @@ from sae_workbench.store.errors import (
     NotIndexedError,
     StoreError,
 )
-from sae_workbench.store.records import IndexProgress
+from sae_workbench.store.rows import IndexProgress
 from sae_workbench.store.saes import SAEs
 from sae_workbench.store.sql import (
     RecordBatch,

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from sae_workbench.store.base import StoreBase
-from sae_workbench.store.records import LLMCacheEntry
+from sae_workbench.store.rows import LLMCacheEntry
 from sae_workbench.store.sql import dumps, first, loads
 
 

@@ -6,7 +6,7 @@ from typing import Any
 
 from sae_workbench.store.base import StoreBase
 from sae_workbench.store.errors import SAEConflictError, UnknownSAEError
-from sae_workbench.store.records import SAERecord
+from sae_workbench.store.rows import SAERecord
 from sae_workbench.store.sql import dumps, first, loads
 
 _COLUMNS = "sae_id, model, hook, d_in, d_sae, cfg, metrics, created_at"

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sae_workbench.store.base import StoreBase
-from sae_workbench.store.records import Sample
+from sae_workbench.store.rows import Sample
 from sae_workbench.store.sql import dumps, first, loads
 
 

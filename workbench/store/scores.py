@@ -18,7 +18,7 @@ from sae_workbench.status import Status
 from sae_workbench.store.base import StoreBase
 from sae_workbench.store.errors import DuplicateScoreError
 from sae_workbench.store.explanations import explanation_ids_of_sae
-from sae_workbench.store.records import EvalRecord, ScoreRecord
+from sae_workbench.store.rows import EvalRecord, ScoreRecord
 from sae_workbench.store.sql import dumps, first, insert_arrow, loads, pa, read_status, status_text
 
 _COLUMNS = (

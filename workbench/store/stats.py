@@ -10,7 +10,7 @@ import numpy as np
 
 from sae_workbench.store.errors import NotIndexedError
 from sae_workbench.store.indexing import Indexing
-from sae_workbench.store.records import FeatureStats
+from sae_workbench.store.rows import FeatureStats
 from sae_workbench.store.sql import Table, arrow, first, insert_arrow, list_column, pa
 
 DEFAULT_QUANTILE_LEVELS: tuple[float, ...] = (0.1, 0.25, 0.5, 0.75, 0.9, 0.99)

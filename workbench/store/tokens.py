@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from sae_workbench.store.indexing import Indexing
-from sae_workbench.store.records import TokenFeature
+from sae_workbench.store.rows import TokenFeature
 from sae_workbench.store.sql import count
 
 

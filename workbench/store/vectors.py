@@ -16,7 +16,7 @@ from pathlib import Path
 
 import numpy as np
 
-from sae_workbench.store.records import WindowEmbeddings
+from sae_workbench.store.rows import WindowEmbeddings
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ import numpy as np
 
 from sae_workbench.store import vectors
 from sae_workbench.store.partitioned import Partitions
-from sae_workbench.store.records import WindowEmbeddings
+from sae_workbench.store.rows import WindowEmbeddings
 from sae_workbench.store.sql import arrow, count, first, insert_arrow, pa
 
 

@@ -10,7 +10,7 @@ import numpy as np
 
 from sae_workbench.store.errors import StoreError
 from sae_workbench.store.partitioned import Partitions
-from sae_workbench.store.records import Window
+from sae_workbench.store.rows import Window
 from sae_workbench.store.sql import (
     count,
     in_ids,

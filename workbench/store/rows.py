@@ -1,4 +1,4 @@
-"""Typed records the store returns and accepts (frozen dataclasses; arrays are numpy)."""
+"""Typed rows the store returns and accepts (frozen dataclasses; arrays are numpy)."""
 
 from __future__ import annotations
 
