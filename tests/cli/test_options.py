@@ -47,7 +47,7 @@ SHARED = {
 # settings, graduate's --sae-id is a list. Each is a strict xfail, so moving one to options.py turns its xfail into a
 # failure that asks to delete its line here.
 KNOWN_GAPS = {
-    ("polysemanticity-sweep", "explainer"): "cli/sweep.py declares --explainer (default 'tree') itself",
+    ("polysemanticity-sweep", "explainer"): "cli/polysemanticity_sweep.py declares --explainer (default 'tree') itself",
     ("absorption", "preset"): "cli/absorption.py declares --preset (SAEBench's settings) itself",
     ("graduate", "sae"): "cli/graduate.py declares --sae itself",
 }

@@ -83,7 +83,7 @@ def _register_stage_commands() -> None:
     from sae_workbench.cli.explain import explain
 
     app.command("explain")(explain)
-    from sae_workbench.cli.sweep import polysemanticity_sweep
+    from sae_workbench.cli.polysemanticity_sweep import polysemanticity_sweep
 
     app.command("polysemanticity-sweep")(polysemanticity_sweep)
     from sae_workbench.cli.score import report, score
