@@ -9,6 +9,8 @@ import ast
 import re
 from pathlib import Path
 
+from tests.store.sql_scan import module_strings
+
 REPO = Path(__file__).resolve().parents[2]
 FOLDERS = ("workbench", "sae", "explainers", "evaluation", "app")
 STORE = REPO / "workbench" / "store"
@@ -22,29 +24,11 @@ ALLOWED: dict[str, str] = {}
 
 def statements(path: Path) -> list[tuple[int, str]]:
     """(line, first 60 characters) of each non-docstring string in `path` that starts like an SQL statement."""
-    tree = ast.parse(path.read_text())
-    docstrings = {
-        id(node.body[0].value)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-        and node.body
-        and isinstance(node.body[0], ast.Expr)
-        and isinstance(node.body[0].value, ast.Constant)
-    }
-    in_fstring = {id(v) for node in ast.walk(tree) if isinstance(node, ast.JoinedStr) for v in node.values}
-    found: list[tuple[int, str]] = []
-    for node in ast.walk(tree):
-        if id(node) in in_fstring:
-            continue
-        if isinstance(node, ast.JoinedStr):
-            text = "".join(str(v.value) if isinstance(v, ast.Constant) else "{}" for v in node.values)
-        elif isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docstrings:
-            text = node.value
-        else:
-            continue
-        if STATEMENT.match(str(text)):
-            found.append((node.lineno, str(text)[:60]))
-    return found
+    return [
+        (line, text[:60])
+        for line, text in module_strings(ast.parse(path.read_text()))
+        if STATEMENT.match(text)
+    ]
 
 
 def package_modules() -> list[Path]:

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from sae_workbench.store import Store
+from tests.store.sql_scan import module_strings
 
 STORE_DIR = Path(__file__).resolve().parents[2] / "workbench" / "store"
 
@@ -79,40 +80,10 @@ SQL_REFERENCE = re.compile(
 )
 
 
-def sql_strings(tree: ast.Module) -> list[str]:
-    """Every string constant and f-string of a module, docstrings left out (f-string holes become `{}`)."""
-    docstrings = {
-        id(node.body[0].value)
-        for node in ast.walk(tree)
-        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
-        and node.body
-        and isinstance(node.body[0], ast.Expr)
-        and isinstance(node.body[0].value, ast.Constant)
-    }
-    out: list[str] = []
-    inside_fstring: set[int] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.JoinedStr):
-            parts = []
-            for value in node.values:
-                inside_fstring.add(id(value))
-                parts.append(value.value if isinstance(value, ast.Constant) else "{}")
-            out.append("".join(str(p) for p in parts))
-    for node in ast.walk(tree):
-        if (
-            isinstance(node, ast.Constant)
-            and isinstance(node.value, str)
-            and id(node) not in docstrings
-            and id(node) not in inside_fstring
-        ):
-            out.append(node.value)
-    return out
-
-
 def tables_named(path: Path, tables: set[str]) -> set[str]:
     """The store's tables that a module's SQL names after FROM / JOIN / INTO / UPDATE / TABLE / VIEW."""
     found: set[str] = set()
-    for text in sql_strings(ast.parse(path.read_text())):
+    for _, text in module_strings(ast.parse(path.read_text())):
         found |= {name.lower() for name in SQL_REFERENCE.findall(text)} & tables
     return found
 
