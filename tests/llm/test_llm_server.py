@@ -46,8 +46,9 @@ def test_command_variables_and_config(tmp_path: Path) -> None:
         ServerSettings(model_path=gguf, port=8123, n_ctx=4096, n_threads=2, python="/bin/false"),
         run_dir=tmp_path,
     )
-    assert server.command()[1:] == [
-        "-m", "llama_cpp.server", "--model", str(gguf), "--model_alias", "Tiny-Model.Q8_0",
+    assert server.command()[1] == "-c" and 'run_module("llama_cpp.server"' in server.command()[2]
+    assert server.command()[3:] == [
+        "--model", str(gguf), "--model_alias", "Tiny-Model.Q8_0",
         "--n_ctx", "4096", "--n_threads", "2", "--n_threads_batch", "2", "--host", "127.0.0.1", "--port", "8123",
     ]  # fmt: skip
     assert server.base_url == "http://127.0.0.1:8123/v1" and server.log_path == tmp_path / "llm-server.log"

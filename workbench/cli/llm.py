@@ -9,14 +9,21 @@ It prints the base URL and the WORKBENCH_LLM_* variables to export in another sh
 
 from __future__ import annotations
 
+import signal
 import time
 from pathlib import Path
+from types import FrameType
 
 import typer
 
 llm_app = typer.Typer(
     help="The embedded local LLM server (llama-cpp-python, OpenAI-compatible).", no_args_is_help=True
 )
+
+
+def _stop_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    """Turn SIGTERM into KeyboardInterrupt, so the with-block stops the server as Ctrl-C does."""
+    raise KeyboardInterrupt
 
 
 @llm_app.command("serve")
@@ -42,6 +49,7 @@ def serve(
     from sae_workbench.llm.server import LocalLLMServer, ServerSettings, export_lines
     from sae_workbench.paths import home
 
+    signal.signal(signal.SIGTERM, _stop_on_sigterm)  # `kill PID` stops the server too, not only Ctrl-C
     settings = ServerSettings(model_path=model_path, n_ctx=n_ctx, n_threads=threads, host=host, port=port)
     server = LocalLLMServer(settings, run_dir=run_dir or home() / "llm-server")
     typer.echo(f"starting {server.model} on {server.base_url} (log {server.log_path}) ...", err=True)

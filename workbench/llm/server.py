@@ -47,6 +47,19 @@ LOCAL_CONCURRENCY = 2
 LOCAL_TIMEOUT_S = 400.0
 LOG_NAME = "llm-server.log"
 SERVER_EXTRA_MODULES = ("fastapi", "uvicorn", "sse_starlette", "starlette_context", "pydantic_settings")
+# The server runs under this small launcher: it exits when its parent dies (SIGKILL, a crash), so no orphan server
+# keeps a core busy; a thread-independent alternative to PR_SET_PDEATHSIG, which fires when the starting thread ends.
+ORPHAN_GUARD = """\
+import os, runpy, sys, threading, time
+parent = os.getppid()
+def watch():
+    while os.getppid() == parent:
+        time.sleep(1.0)
+    os._exit(0)
+threading.Thread(target=watch, daemon=True).start()
+sys.argv = ["llama_cpp.server", *sys.argv[1:]]
+runpy.run_module("llama_cpp.server", run_name="__main__", alter_sys=True)
+"""
 
 
 @dataclass(frozen=True)
@@ -175,10 +188,10 @@ class LocalLLMServer:
 
     # ---- lifecycle ------------------------------------------------------------------------------------------
     def command(self) -> list[str]:
-        """The server's command line."""
+        """The server's command line: `python -m llama_cpp.server ARGS` under the orphan guard."""
         s = self.settings
         return [
-            s.python or sys.executable, "-m", "llama_cpp.server",
+            s.python or sys.executable, "-c", ORPHAN_GUARD,
             "--model", str(self.model_path), "--model_alias", self.model,
             "--n_ctx", str(s.n_ctx), "--n_threads", str(s.n_threads), "--n_threads_batch", str(s.n_threads),
             "--host", s.host, "--port", str(self.port),
@@ -191,7 +204,10 @@ class LocalLLMServer:
             return self
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._log = self.log_path.open("ab")
-        self._log.write(f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(self.command())}\n".encode())
+        args = " ".join(self.command()[3:])
+        self._log.write(
+            f"\n=== {time.strftime('%Y-%m-%d %H:%M:%S')} python -m llama_cpp.server {args}\n".encode()
+        )
         self._log.flush()
         env = {**os.environ, "PYTHONUNBUFFERED": "1"}
         self._proc = subprocess.Popen(
