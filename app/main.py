@@ -28,6 +28,7 @@ def main() -> None:
         st.Page(PAGES_DIR / "search.py", title="Search", icon="🧭", url_path="search"),
         st.Page(PAGES_DIR / "playground.py", title="Playground", icon="⌨️", url_path="playground"),
         st.Page(PAGES_DIR / "compare.py", title="Compare", icon="⚖️", url_path="compare"),
+        st.Page(PAGES_DIR / "families.py", title="Families", icon="🧬", url_path="families"),
     ]
     st.navigation(pages).run()
 

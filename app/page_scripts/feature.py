@@ -6,7 +6,7 @@ from typing import Any
 import pandas as pd
 import streamlit as st
 
-from sae_workbench.app import commands, hypotheses, lrp_queries, queries, render, ui
+from sae_workbench.app import commands, family_queries, hypotheses, lrp_queries, queries, render, ui
 from sae_workbench.app.labels import readable_columns
 from sae_workbench.status import Status
 
@@ -539,3 +539,44 @@ def show_interactions() -> None:
 
 
 show_interactions()
+
+
+def show_across_saes() -> None:
+    """Matches of this feature in the store's other SAEs of the same hook (issue 36, `workbench match`)."""
+    st.subheader("Across SAEs")
+    matches = ui.guarded(family_queries.across_saes, path, sae.sae_id, feature)
+    if not matches:
+        st.caption(
+            "No matches stored for this feature. Match this SAE with other SAEs of its hook (seeds, widths): "
+            f"`workbench match --store {path} --sae {sae.sae_id} --sae <OTHER_SAE>` (add `--agreement` for "
+            "activation correlation)."
+        )
+        return
+    st.markdown(
+        "This feature's match in each other SAE (decoder/encoder cosine; activation correlation and top-window "
+        "overlap where `--agreement` ran). ⚠ marks a match with similar weights but no functional agreement."
+    )
+    rows = [
+        {
+            "SAE": f"{m.other_sae[:8]} (d={m.other_d_sae})", "feature": m.other_feature, "method": m.method,
+            "similarity": f"{m.similarity} {m.sim:.3f}",
+            "activation corr": None if m.act_corr is None else round(m.act_corr, 3),
+            "top-window Jaccard": None if m.top_jaccard is None else round(m.top_jaccard, 3),
+            "flag": "⚠ geometric only" if m.flagged else "", "explanation": m.explanation or "",
+        }
+        for m in matches
+    ]  # fmt: skip
+    st.dataframe(pd.DataFrame(rows), hide_index=True, width="stretch")
+    seen: set[tuple[str, int]] = set()
+    for m in matches:
+        if (m.other_sae, m.other_feature) in seen:
+            continue
+        seen.add((m.other_sae, m.other_feature))
+        st.page_link(
+            ui.page_script("feature"),
+            label=f"open feature {m.other_feature} of {m.other_sae[:8]} (d={m.other_d_sae})",
+            query_params={"sae": m.other_sae, "feature": str(m.other_feature)},
+        )
+
+
+show_across_saes()

@@ -169,30 +169,42 @@ def _block_sim(a: Directions, b: Directions, similarity: str, lo: int, hi: int) 
 
 
 def top_k_candidates(
-    a: Directions, b: Directions, similarity: str = "decoder", k: int = DEFAULT_K, block: int = DEFAULT_BLOCK
+    a: Directions,
+    b: Directions,
+    similarity: str = "decoder",
+    k: int = DEFAULT_K,
+    block: int = DEFAULT_BLOCK,
+    columns: bool = True,
 ) -> Candidates:
-    """Each A row's and each B column's k most similar partners, one block of A rows at a time (memory ~ block × d_b)."""
+    """Each A row's and each B column's k most similar partners, one block of A rows at a time (memory ~ block × d_b).
+
+    `columns=False` skips the column candidates (greedy needs only the rows): b_to_a_BK is then (d_b, 0)."""
     _check_pair(a, b, similarity)
     if k < 1 or block < 1:
         raise MatchingError(f"k={k} and block={block} must be positive.")
     ka, kb = min(k, b.d_sae), min(k, a.d_sae)
     a_idx = np.empty((a.d_sae, ka), dtype=np.int64)
     a_sim = np.empty((a.d_sae, ka), dtype=np.float32)
-    col_sim_KB = torch.full((0, b.d_sae), -np.inf)
-    col_idx_KB = torch.zeros((0, b.d_sae), dtype=torch.int64)
+    col_sim_BK = torch.full((b.d_sae, 0), -np.inf)
+    col_idx_BK = torch.zeros((b.d_sae, 0), dtype=torch.int64)
     for lo in range(0, a.d_sae, block):
         hi = min(lo + block, a.d_sae)
         S_bB = _block_sim(a, b, similarity, lo, hi)  # (block, d_b)
-        vals, idx = torch.topk(S_bB, ka, dim=1)
+        if ka == 1:  # the best match alone: a max, no sort
+            best_v, best_i = S_bB.max(dim=1)
+            vals, idx = best_v[:, None], best_i[:, None]
+        else:
+            vals, idx = torch.topk(S_bB, ka, dim=1)
         a_idx[lo:hi], a_sim[lo:hi] = idx.numpy(), vals.numpy()
-        # Merge this block's best rows per B column into the running top-k of every column.
-        cv, ci = torch.topk(S_bB, min(kb, hi - lo), dim=0)
-        merged_sim = torch.cat([col_sim_KB, cv])
-        merged_idx = torch.cat([col_idx_KB, ci + lo])
-        keep = min(kb, merged_sim.shape[0])
-        col_sim_KB, order = torch.topk(merged_sim, keep, dim=0)
-        col_idx_KB = torch.gather(merged_idx, 0, order)
-    return Candidates(a_idx, a_sim, col_idx_KB.T.contiguous().numpy(), col_sim_KB.T.contiguous().numpy())
+        if not columns:
+            continue
+        # Merge this block's best rows per B column into the running top-k of every column (rows of S_bB.T).
+        cv, ci = torch.topk(S_bB.T.contiguous(), min(kb, hi - lo), dim=1)  # (d_b, ≤k)
+        merged_sim = torch.cat([col_sim_BK, cv], dim=1)
+        merged_idx = torch.cat([col_idx_BK, ci + lo], dim=1)
+        col_sim_BK, order = torch.topk(merged_sim, min(kb, merged_sim.shape[1]), dim=1)
+        col_idx_BK = torch.gather(merged_idx, 1, order)
+    return Candidates(a_idx, a_sim, col_idx_BK.numpy(), col_sim_BK.numpy())
 
 
 def dense_similarity(
@@ -306,9 +318,9 @@ def match(
             )
         S_AB = dense_similarity(a, b, similarity, block)
         return sinkhorn_dense(S_AB, similarity) if method == "sinkhorn" else hungarian_dense(S_AB, similarity)
-    cands = top_k_candidates(a, b, similarity, k, block)
     if method == "greedy":
-        return greedy_from_candidates(cands, similarity)
+        return greedy_from_candidates(top_k_candidates(a, b, similarity, 1, block, columns=False), similarity)
+    cands = top_k_candidates(a, b, similarity, k, block)
     found = hungarian_sparse(cands, a.d_sae, b.d_sae, similarity)
     if found is not None:
         return found

@@ -154,3 +154,22 @@ def build_family_store(folder: Path, seed: int = 0) -> FamilyStore:
         splits_ac,
         splits_cd,
     )
+
+
+def build_matched_family(folder: Path, seed: int = 0) -> FamilyStore:
+    """build_family_store, then everything `workbench match` stores: hungarian + greedy runs of every pair, the
+    width chain, agreement of A ↔ B, and explanation stability of A ↔ B (lexical)."""
+    from sae_workbench.evaluation.families.job import FamilyConfig, load_member, match_family, run_agreement
+    from sae_workbench.evaluation.families.stability import explanation_pairs, record_stability
+    from sae_workbench.store import Store
+
+    fam = build_family_store(folder, seed)
+    store = Store.open(fam.path)
+    members = [load_member(store, s) for s in (fam.a, fam.b, fam.c, fam.d)]
+    report = match_family(store, members, FamilyConfig(methods=("hungarian", "greedy")), progress=False)
+    ab = next(
+        s.run for s in report.runs if (s.run.sae_a, s.run.sae_b, s.run.method) == (fam.a, fam.b, "hungarian")
+    )
+    run_agreement(store, ab, progress=False)
+    record_stability(store, ab, explanation_pairs(store, ab, "lexical"))
+    return fam
