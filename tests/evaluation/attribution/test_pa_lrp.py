@@ -208,3 +208,23 @@ def test_bad_inputs_raise_typed_errors(models, saes):
     )  # fmt: skip
     with pytest.raises(UnsupportedModelError):
         lrp_attribution(alibi, build_sae("standard"), "blocks.0.hook_resid_post", TOKENS, 5)
+
+
+@pytest.mark.slow
+def test_smollm2_identity_closes_in_float32(smollm2):
+    """SmolLM2 (RoPE, RMSNorm, GQA, gated SiLU) in float32 at layer 3: spec §6 P1's 1e-5 relative, and P2 in cp."""
+    from sae_lens import StandardSAE, StandardSAEConfig
+
+    torch.manual_seed(0)
+    sae = StandardSAE(StandardSAEConfig(d_in=smollm2.cfg.d_model, d_sae=16))
+    tokens = smollm2.to_tokens("The cat sat on the mat. The dog sat on the log. The bird sat on the")[0]
+    hook = "blocks.3.hook_resid_post"
+    for mode in LRP_MODES:
+        r = lrp_attribution(smollm2, sae, hook, tokens, 3, mode=mode)
+        assert r.pre_activation == pytest.approx(_pre_activation(smollm2, sae, hook, tokens, 3, -1), rel=1e-5)
+        assert abs(_terms(r) - r.target) <= 1e-5 * max(1.0, abs(r.target))
+        assert r.position_layers == ("L0", "L1", "L2", "L3")
+        if mode == "cp":
+            assert all(p == 0.0 for p in r.position_scores_N) and all(s == 0.0 for s in r.softmax_leak_L)
+        if mode == "pa_lrp":
+            assert any(p != 0.0 for p in r.position_scores_N)
