@@ -151,14 +151,15 @@ def _activation(sae: SAE[Any], x_D: torch.Tensor, feature: int) -> float:
         return float(sae.encode(x_D[None].to(sae.dtype))[0, feature])
 
 
-def _json_fields(fields: dict[str, Any]) -> dict[str, Any]:
-    """A result's fields as JSON values (tuples become lists)."""
-    return {k: list(v) if isinstance(v, tuple) else v for k, v in fields.items()}
+def _json_value(value: Any) -> Any:
+    """A field as a JSON value (tuples, nested ones too, become lists)."""
+    return [_json_value(v) for v in value] if isinstance(value, tuple) else value
 
 
 @dataclass(frozen=True)
-class TokenAttribution:
-    """Each input token's exact share of a feature's pre-activation at one position."""
+class DePassResult:
+    """What every DePass result holds: the feature and position it splits, how, and the pre-activation it splits
+    (the token, component and upstream results add their own scores)."""
 
     feature: int
     hook: str
@@ -168,6 +169,25 @@ class TokenAttribution:
     """MLP rule used (softmax, up_linear, gate_linear)."""
     temperature: float
     """Softmax-rule temperature (arXiv 2510.18462 default 0.1; unused by the linear rules)."""
+    sae_bias: float
+    """The encoder's constant: b_enc - apply_b_dec_to_input · b_dec · W_enc (times the TopK decoder norm)."""
+    pre_activation: float
+    activation: float
+    """The SAE's activation at t; equals pre_activation when the feature is active."""
+    completeness_error: float
+    """How far the scores miss pre_activation: |their sum − pre_activation| (the component result: the largest over
+    its runs)."""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serialisable fields."""
+        return {k: _json_value(v) for k, v in dataclasses.asdict(self).items()}
+
+
+@dataclass(frozen=True)
+class TokenAttribution(DePassResult):
+    """Each input token's exact share of a feature's pre-activation at one position
+    (sum(scores_N) + rest + model_bias + sae_bias == pre_activation)."""
+
     token_ids_N: tuple[int, ...]
     scores_N: tuple[float, ...]
     """Share of token n (n = 0..t); BOS, if `bos_position` is 0, is the attention sink."""
@@ -176,17 +196,6 @@ class TokenAttribution:
     """The residual component's share (zero unless the softmax rule finds no share-holder)."""
     model_bias: float
     """Share of the model's biases (LayerNorm b, b_V, b_O, b_in, b_out)."""
-    sae_bias: float
-    """The encoder's constant: b_enc - apply_b_dec_to_input · b_dec · W_enc (times the TopK decoder norm)."""
-    pre_activation: float
-    activation: float
-    """The SAE's activation at t; equals pre_activation when the feature is active."""
-    completeness_error: float
-    """|Σ scores + rest + model_bias + sae_bias − pre_activation|."""
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable fields."""
-        return _json_fields(dataclasses.asdict(self))
 
 
 class _Setup(NamedTuple):
@@ -283,7 +292,7 @@ def depass_tokens(
 
 
 @dataclass(frozen=True)
-class ComponentAttribution:
+class ComponentAttribution(DePassResult):
     """Each attention head's and MLP's share of a feature's pre-activation, one exact DePass run per sublayer.
 
     Run for block ℓ's attention: components [resid_pre_ℓ (rest), head 0 .. H-1 outputs, bias (b_O)] at resid_mid_ℓ;
@@ -292,11 +301,6 @@ class ComponentAttribution:
     the other components, so the runs agree with one joint pass; under softmax they do not (spec A.3).
     """
 
-    feature: int
-    hook: str
-    position: int
-    rule: str
-    temperature: float
     head_scores_LH: tuple[tuple[float, ...], ...]
     """Head h of block ℓ, for the blocks whose attention writes before the hook."""
     head_rest_L: tuple[float, ...]
@@ -308,11 +312,6 @@ class ComponentAttribution:
     mlp_bias_L: tuple[float, ...]
     embed_score: float
     """The embeddings' share when block 0's heads are split off (head_rest_L[0])."""
-    sae_bias: float
-    pre_activation: float
-    activation: float
-    completeness_error: float
-    """Largest |run total − pre_activation| over the runs."""
 
     def ranked(self) -> list[tuple[str, float]]:
         """All heads ("L1.H3") and MLPs ("L1.MLP") by decreasing score."""
@@ -321,12 +320,6 @@ class ComponentAttribution:
         ]
         items += [(f"L{ell}.MLP", s) for ell, s in enumerate(self.mlp_scores_L)]
         return sorted(items, key=lambda kv: -kv[1])
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable fields."""
-        out = dataclasses.asdict(self)
-        out["head_scores_LH"] = [list(r) for r in self.head_scores_LH]
-        return _json_fields(out)
 
 
 def head_outputs_NHD(model: HookedTransformer, trace: Trace, layer: int) -> torch.Tensor:
@@ -405,19 +398,14 @@ def depass_components(
 
 
 @dataclass(frozen=True)
-class UpstreamAttribution:
+class UpstreamAttribution(DePassResult):
     """Each upstream SAE feature's exact share of a downstream feature's pre-activation.
 
     Components at the upstream hook: a_j[n]·W_dec[j] for the selected features (all positions after BOS), the other
     active features together, b_dec, the BOS position's whole state, and the upstream SAE's error (its own component).
     """
 
-    feature: int
-    hook: str
     upstream_hook: str
-    position: int
-    rule: str
-    temperature: float
     upstream_features_K: tuple[int, ...]
     scores_K: tuple[float, ...]
     other_features: float
@@ -425,14 +413,6 @@ class UpstreamAttribution:
     bos: float
     sae_error: float
     model_bias: float
-    sae_bias: float
-    pre_activation: float
-    activation: float
-    completeness_error: float
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serialisable fields."""
-        return _json_fields(dataclasses.asdict(self))
 
 
 def depass_upstream(
