@@ -126,7 +126,7 @@ def test_an_oversized_prompt_is_a_typed_error_before_sending_and_from_the_server
     async def checked() -> LLMContextOverflowError:
         async with LLMClient(real_llm.llm_config()) as llm:
             fit = await llm.check_fit(LLMRequest(chat("short"), max_tokens=256))
-            assert fit.fits and fit.counted_by == "/extras/tokenize/count"
+            assert fit.fits and fit.counted_by == "gguf vocabulary"
             with pytest.raises(LLMContextOverflowError) as info:
                 await llm.complete(request)
             return info.value
@@ -146,6 +146,28 @@ def test_an_oversized_prompt_is_a_typed_error_before_sending_and_from_the_server
 
     err, learned = run(refused())
     assert err.context_length == 8192 and learned == 8192
+    forget_endpoint(real_llm.base_url)
+
+
+def test_tokens_are_counted_without_waiting_for_the_running_answer(real_llm: LocalLLMServer) -> None:
+    forget_endpoint(real_llm.base_url)
+    blind = LLMConfig(model=real_llm.model, base_url=real_llm.base_url, timeout_s=300)
+
+    async def go() -> tuple[str, str, float, float]:
+        async with LLMClient(blind) as by_server, LLMClient(real_llm.llm_config()) as local:
+            _, route = await by_server.count_tokens("hello world")  # the server is idle: its route answers
+            story = asyncio.create_task(
+                by_server.complete(LLMRequest(chat("Write a long story about a dragon."), max_tokens=300))
+            )
+            await asyncio.sleep(1.0)
+            t0 = asyncio.get_running_loop().time()
+            _, how = await local.count_tokens("hello world")  # the GGUF vocabulary: no wait for the story
+            waited = asyncio.get_running_loop().time() - t0
+            await story
+            return route, how, waited, 0.0
+
+    route, how, waited, _ = run(go())
+    assert route == "/extras/tokenize/count" and how == "gguf vocabulary" and waited < 5.0
     forget_endpoint(real_llm.base_url)
 
 

@@ -37,12 +37,14 @@ from sae_workbench.llm.cache import ResponseCache, cache_key, messages_sha256
 from sae_workbench.llm.config import LLMConfig, LLMNotConfiguredError, read_api_key
 from sae_workbench.llm.endpoint import (
     DETECTION_ORDER,
+    GGUF_COUNTER,
     TOKENS_PER_MESSAGE,
     EndpointFacts,
     SchemaForm,
     context_length_in,
     endpoint_facts,
     estimate_tokens,
+    gguf_token_count,
     is_context_overflow,
     is_format_refusal,
     schema_fields,
@@ -108,6 +110,7 @@ _FAST_SHARE = 0.5
 # A retried timeout gets twice the time of the attempt before it, up to this multiple of LLMConfig.timeout_s.
 _MAX_TIMEOUT_FACTOR = 4.0
 _PROBE_TIMEOUT_S = 10.0
+_COUNT_TIMEOUT_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -228,6 +231,8 @@ class LLMClient:
         self._window = AdaptiveWindow(config.start_concurrency, config.concurrency)
         self._connect_failures = 0  # consecutive attempts that could not connect (reset by any HTTP answer)
         self.facts: EndpointFacts = endpoint_facts(config.base_url, config.model)
+        self._gguf_failed = False  # config.tokenizer_gguf could not be loaded: count as if it were not set
+        self._counted_by: str | None = None  # how the last prompt was counted (provenance)
         if config.context_length is not None:
             self.facts.context_length, self.facts.context_source = config.context_length, "config"
 
@@ -274,7 +279,7 @@ class LLMClient:
             "structured_output": self.structured_output_form,
             "context_length": self.facts.context_length,
             "context_source": self.facts.context_source or None,
-            "token_counter": self.facts.token_counter,
+            "token_counter": self._counted_by,
         }
 
     # ---- per-loop resources ------------------------------------------------------------------------------------
@@ -475,17 +480,21 @@ class LLMClient:
 
     # ---- context length and token counting ----------------------------------------------------------------------
     async def _probe_json(
-        self, method: str, url: str, payload: Mapping[str, Any] | None = None
+        self,
+        method: str,
+        url: str,
+        payload: Mapping[str, Any] | None = None,
+        timeout_s: float = _PROBE_TIMEOUT_S,
     ) -> dict[str, Any] | None:
         """GET/POST a JSON route of the server (not the chat route); None on any error or an answer that is not a
         JSON object."""
         state = self._loop_state()
         try:
             if method == "GET":
-                raw = await state.client.get(url, cast_to=str, options={"timeout": _PROBE_TIMEOUT_S})
+                raw = await state.client.get(url, cast_to=str, options={"timeout": timeout_s})
             else:
                 raw = await state.client.post(
-                    url, body=dict(payload or {}), cast_to=str, options={"timeout": _PROBE_TIMEOUT_S}
+                    url, body=dict(payload or {}), cast_to=str, options={"timeout": timeout_s}
                 )
             data: object = json.loads(raw)
         except (openai.APIError, ValueError, TypeError):
@@ -530,10 +539,22 @@ class LLMClient:
         return None
 
     async def count_tokens(self, text: str) -> tuple[int, str]:
-        """(tokens in `text`, how they were counted): by the server's tokenizer when it has a route for it
-        (llama-cpp-python /extras/tokenize/count, llama-server or vLLM /tokenize; found once per endpoint), else
-        `estimate_tokens` (characters / 3, an over-count)."""
+        """(tokens in `text`, how they were counted): by the model's GGUF vocabulary in this process when
+        LLMConfig.tokenizer_gguf names it (exact, and never queued behind the server's running answer), else by the
+        server's tokenizer when it has a route for it (llama-cpp-python /extras/tokenize/count, llama-server or vLLM
+        /tokenize; found once per endpoint), else `estimate_tokens` (characters / 3, an over-count)."""
         facts = self.facts
+        if self.config.tokenizer_gguf is not None and not self._gguf_failed:
+            try:
+                n = await asyncio.to_thread(gguf_token_count, self.config.tokenizer_gguf, text)
+            except (ImportError, OSError, ValueError, RuntimeError) as err:
+                log.warning(
+                    "cannot count tokens with %s (%s); asking the server", self.config.tokenizer_gguf, err
+                )
+                self._gguf_failed = True
+            else:
+                self._counted_by = GGUF_COUNTER
+                return n, GGUF_COUNTER
         if self.config.base_url is None:
             facts.token_counter = facts.token_counter or "estimate"
         if facts.token_counter is None:
@@ -548,7 +569,14 @@ class LLMClient:
         if facts.token_counter != "estimate":
             n = await self._server_count(facts.token_counter, text)
             if n is not None:
+                self._counted_by = facts.token_counter
                 return n, facts.token_counter
+            # llama-cpp-python answers /extras/tokenize only between completions: a busy server makes every count
+            # wait for its running answer. Count by estimate from now on rather than stall each request.
+            log.warning("%s%s did not answer; counting tokens by estimate from now on", self._where(),
+                        facts.token_counter)  # fmt: skip
+            facts.token_counter = "estimate"
+        self._counted_by = "estimate"
         return estimate_tokens(text), "estimate"
 
     async def _server_count(self, route: str, text: str) -> int | None:
@@ -557,7 +585,7 @@ class LLMClient:
         root = server_root(self.config.base_url)
         payload = {"input": text, "model": self.config.model} if route.startswith("/extras") else {
             "content": text, "prompt": text, "model": self.config.model, "add_special": False}  # fmt: skip
-        data = await self._probe_json("POST", root + route, payload) or {}
+        data = await self._probe_json("POST", root + route, payload, timeout_s=_COUNT_TIMEOUT_S) or {}
         count, tokens = data.get("count"), data.get("tokens")
         if isinstance(count, int):
             return count

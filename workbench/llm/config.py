@@ -12,6 +12,7 @@ shared CLI options in `sae_workbench.cli.llm_options`, by every command that cal
     WORKBENCH_LLM_MAX_TOKENS        completion budget per call
     WORKBENCH_LLM_CONTEXT           the model's context length in tokens (when the server does not report it)
     WORKBENCH_LLM_STRUCTURED_OUTPUT auto, json_schema, json_object, format or none
+    WORKBENCH_LLM_TOKENIZER         a GGUF file whose vocabulary counts prompt tokens (the served model's)
 """
 
 from __future__ import annotations
@@ -31,6 +32,7 @@ ENV_FIELDS: dict[str, tuple[str, Any]] = {
     "WORKBENCH_LLM_MAX_TOKENS": ("max_tokens", int),
     "WORKBENCH_LLM_CONTEXT": ("context_length", int),
     "WORKBENCH_LLM_STRUCTURED_OUTPUT": ("structured_output", str),
+    "WORKBENCH_LLM_TOKENIZER": ("tokenizer_gguf", str),
 }
 
 OPENAI_DEFAULT_BASE_URL = "https://api.openai.com/v1"
@@ -71,6 +73,9 @@ class LLMConfig:
     context_length: int | None = None
     """The model's context length in tokens (prompt + completion); None = ask the server (vLLM /v1/models,
     llama-server /props) or learn it from its first overflow refusal."""
+    tokenizer_gguf: str | None = None
+    """A GGUF file whose vocabulary counts prompt tokens in this process (the served model's file: exact, and never
+    queued behind the server's running answer); None = the server's tokenize route, else an estimate."""
     structured_output: str = "auto"
     """How a request's JSON schema is sent: auto (detected per endpoint: json_schema, then json_object, then none),
     json_schema (OpenAI/vLLM), json_object (llama-cpp-python), format (Ollama's native field) or none."""

@@ -110,6 +110,24 @@ def is_local_url(base_url: str | None) -> bool:
     return host.strip("[]") in ("127.0.0.1", "localhost", "::1", "0.0.0.0")
 
 
+GGUF_COUNTER = "gguf vocabulary"
+_VOCABS: dict[str, Any] = {}
+_VOCABS_LOCK = threading.Lock()
+
+
+def gguf_token_count(path: str, text: str) -> int:
+    """Tokens in `text` by a GGUF file's own vocabulary (llama-cpp-python, vocabulary only: loaded once per process,
+    ~0.1 s), special tokens parsed as the server parses them; raises ImportError without llama-cpp-python."""
+    with _VOCABS_LOCK:
+        vocab = _VOCABS.get(path)
+        if vocab is None:
+            import llama_cpp
+
+            vocab = llama_cpp.Llama(model_path=path, vocab_only=True, verbose=False)
+            _VOCABS[path] = vocab
+    return len(vocab.tokenize(text.encode("utf-8"), add_bos=False, special=True))
+
+
 @dataclass
 class EndpointFacts:
     """What is known about one (endpoint, model): learned once, then reused by every client in the process."""
@@ -123,7 +141,8 @@ class EndpointFacts:
     context_probed: bool = False
     """True once the endpoint's metadata routes were asked (so they are asked once)."""
     token_counter: str | None = None
-    """Route that counts tokens ("/extras/tokenize/count", "/tokenize", "estimate"); None = not probed yet."""
+    """Server route that counts tokens ("/extras/tokenize/count", "/tokenize"), or "estimate" when it has none (or
+    it stopped answering); None = not probed yet."""
     template_tokens: int = 0
     """Prompt tokens the server's chat template adds beyond the per-message allowance (e.g. a default system
     prompt), learned from the prompt tokens it billed for a prompt its tokenizer counted."""

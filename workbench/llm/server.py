@@ -172,6 +172,7 @@ class LocalLLMServer:
             "WORKBENCH_LLM_CONCURRENCY": str(LOCAL_CONCURRENCY),
             "WORKBENCH_LLM_TIMEOUT": f"{LOCAL_TIMEOUT_S:g}",
             "WORKBENCH_LLM_STRUCTURED_OUTPUT": "json_object",
+            "WORKBENCH_LLM_TOKENIZER": str(self.model_path),
         }
 
     def llm_config(self, **overrides: Any) -> LLMConfig:
@@ -183,6 +184,9 @@ class LocalLLMServer:
             "concurrency": LOCAL_CONCURRENCY,
             "timeout_s": LOCAL_TIMEOUT_S,
             "structured_output": "json_object",
+            "tokenizer_gguf": str(
+                self.model_path
+            ),  # counts in-process: the server's route waits for its answer
         }
         return LLMConfig(**{**settings, **overrides})
 
