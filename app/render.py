@@ -3,7 +3,13 @@
 html = render_tokens(["<s>", " Hello", " <script>"], [0.0, 1.5, 3.0], max_value=3.0, skip=[0])
 
 The output is one line (no blank lines) so Streamlit's markdown renderer treats it as a raw HTML block and never
-interprets corpus text as markdown; markdown/LaTeX control characters are additionally written as entities.
+interprets corpus text as markdown; markdown/LaTeX control characters are additionally written as entities. Line
+breaks and tabs inside a text are entities too (`escape_text`): a blank line followed by indentation in raw markdown
+would end the HTML block and turn the rest into a code block that shows the entities and the closing `</div>`
+literally. Whole texts (PRISM cluster texts, continuations) go through `text_block`, which keeps their line breaks
+and indentation visible.
+
+    st.markdown(text_block(corpus_text), unsafe_allow_html=True)   # shows the text exactly as stored
 """
 
 from __future__ import annotations
@@ -18,8 +24,9 @@ import numpy as np
 # token like "$x$" or "**" shows literally even if a renderer ever parsed the block as markdown.
 _MARKDOWN_CHARS = "$*_`~[]\\#|{}"
 # One pass over the text (escaping in two passes would re-escape the "#" of the first pass's entities).
+# Line breaks and tabs as entities keep every escaped text on one markdown line (see the module docstring).
 _ENTITY = {ord(c): html.escape(c, quote=True) for c in "&<>\"'"} | {
-    ord(c): f"&#{ord(c)};" for c in _MARKDOWN_CHARS
+    ord(c): f"&#{ord(c)};" for c in _MARKDOWN_CHARS + "\n\r\t"
 }
 
 # Orange (activation) on white; alpha carries the strength so text stays readable at every level.
@@ -40,8 +47,16 @@ CSS = (
 
 
 def escape_text(text: str) -> str:
-    """Escape corpus text for HTML (tags, quotes) and neutralise markdown/LaTeX control characters."""
+    """Escape corpus text for HTML (tags, quotes), neutralise markdown/LaTeX control characters, and write line
+    breaks and tabs as entities, so the result is one markdown line whatever the text holds."""
     return text.translate(_ENTITY)
+
+
+def text_block(text: str, prefix_html: str = "") -> str:
+    """A whole text as one HTML line in a `wb-tokens` block (pre-wrap): its line breaks, blank lines and indentation
+    show as stored, and nothing in it is read as markdown or HTML. `prefix_html` (trusted markup, e.g. a label) goes
+    before the text."""
+    return f'<div class="wb-tokens wb-text">{prefix_html}{escape_text(text)}</div>'
 
 
 def _display(token: str) -> str:

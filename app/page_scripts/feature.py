@@ -90,13 +90,22 @@ with right:
         ui.fill_note("logit-lens tokens", "index")
     st.markdown("**Neighbours**")
     nb_cols = st.columns(2)
+    # The statistics step writes every feature's logit lens and both neighbour lists in one row: with that row present
+    # an empty co-occurrence list is a result (the feature never fired with another in the rows read), not a gap.
+    neighbours_computed = bool(stats.logit_top_tokens or stats.decoder_neighbours)
     for col, title, ids, vals in (
         (nb_cols[0], "decoder cosine", stats.decoder_neighbours, stats.decoder_cosines),
         (nb_cols[1], "co-occurrence (Jaccard)", stats.cooc_neighbours, stats.cooc_jaccard),
     ):
         col.caption(title)
-        if not ids:
+        if not ids and not neighbours_computed:
             col.caption("– (filled by `workbench index`)")
+        elif not ids:
+            col.caption(
+                "– none: the feature never fired"
+                if dead
+                else "– none: it never fired together with another feature in the rows the statistics step read"
+            )
         for nid, val in list(zip(ids, vals, strict=True))[:8]:
             col.page_link(
                 ui.page_script("feature"),
@@ -183,7 +192,7 @@ def show_clusters(clusters: Any) -> None:
             unsafe_allow_html=True,
         )
         for t in texts[:20]:
-            st.markdown(f'<div class="wb-tokens">{render.escape_text(str(t))}</div>', unsafe_allow_html=True)
+            st.markdown(render.text_block(str(t)), unsafe_allow_html=True)
 
 
 def show_hypothesis_form() -> None:
@@ -316,15 +325,18 @@ def show_effect(kind: str, result: dict[str, Any]) -> None:
             f"**Steering** from the top example's prefix ({len(result.get('prompt_ids', []))} tokens)"
         )
         st.markdown(
-            f'<div class="wb-tokens"><span class="wb-special">no steering →</span> '
-            f"{render.escape_text(str(result.get('baseline_continuation', '')))}</div>",
+            render.text_block(
+                str(result.get("baseline_continuation", "")), '<span class="wb-special">no steering →</span> '
+            ),
             unsafe_allow_html=True,
         )
         rows = []
         for eff in result.get("effects", []):
             st.markdown(
-                f'<div class="wb-tokens"><span class="wb-special">α = {float(eff.get("alpha", 0.0)):+g} →</span> '
-                f"{render.escape_text(str(eff.get('continuation', '')))}</div>",
+                render.text_block(
+                    str(eff.get("continuation", "")),
+                    f'<span class="wb-special">α = {float(eff.get("alpha", 0.0)):+g} →</span> ',
+                ),
                 unsafe_allow_html=True,
             )
             rows.append(

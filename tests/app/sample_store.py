@@ -19,6 +19,9 @@ from sae_workbench.examples.sampling import random_negatives
 HOOK = "blocks.1.hook_resid_post"
 MODEL = "tiny:0"
 XSS_LINE = 'Beware <script>alert("xss")</script> and <img src=x onerror=alert(1)> in the corpus.'
+# A PRISM cluster text as a corpus can hold it (issue 37 item 3): a blank line then indentation (which raw markdown
+# turns into a code block), tags, an ampersand, both quotes, brackets and a stray closing tag.
+PRISM_TRICKY_TEXT = 'if a < b and b > c:\n\n    x = "1 & 2" [0]\n\tprint(\'</div>\')'
 SAMPLE_TEXT = "\n".join(
     [
         "In the beginning God created the heaven and the earth.",
@@ -252,6 +255,7 @@ def _add_explanations(store, sae_id: str, feature: int, xss_feature: int, window
             {"clusters": [
                 {"cluster": 0, "description": "creation narrative", "texts": [windows[0].text, windows[2].text]},
                 {"cluster": 1, "description": "Python code <b>tags</b>", "texts": [windows[4].text]},
+                {"cluster": 2, "description": "code with markup", "texts": [PRISM_TRICKY_TEXT]},
             ]},
         ),
         "tree": (

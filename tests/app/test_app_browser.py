@@ -19,7 +19,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.app.sample_store import SampleStore
+from tests.app.sample_store import PRISM_TRICKY_TEXT, SampleStore
+from tests.evaluation.families.family_store import FamilyStore
 
 pytestmark = [pytest.mark.browser, pytest.mark.slow]
 
@@ -162,6 +163,31 @@ def test_html_in_corpus_renders_as_text(server: str, browser, sample: SampleStor
     page.close()
 
 
+def test_prism_cluster_text_shows_exactly_as_the_corpus_holds_it(
+    server: str, browser, sample: SampleStore
+) -> None:
+    """Issue 37 item 3: a cluster text with a blank line then indentation, `<`, `>`, `&` and quotes used to become a
+    markdown code block showing `&#91;`, `&quot;` and a stray `</div>` literally."""
+    page = browser.new_page(viewport={"width": 1400, "height": 1500})
+    page.goto(f"{server}/feature?sae={sample.sae_id}&feature={sample.explained_feature}")
+    page.get_by_text(f"Feature {sample.explained_feature}", exact=True).wait_for(timeout=60_000)
+    page.get_by_role("tab", name="Explanations & scores").click()
+    page.get_by_text("code with markup").first.wait_for(timeout=30_000)
+    blocks = page.locator("div.wb-text")
+    contents = blocks.evaluate_all("els => els.map(e => e.textContent)")
+    assert PRISM_TRICKY_TEXT in contents, contents
+    shown = blocks.nth(contents.index(PRISM_TRICKY_TEXT))
+    assert shown.is_visible()
+    assert (
+        shown.inner_text() == PRISM_TRICKY_TEXT
+    )  # pre-wrap: the blank line, tab and indentation are on screen
+    assert shown.locator("*").count() == 0  # no element made from the text (no <pre>, <code>, <div>)
+    body = page.locator("body").inner_text()
+    assert "&#91;" not in body and "&quot;" not in body and "&amp;" not in body
+    assert page.locator("pre code", has_text="print(").count() == 0
+    page.close()
+
+
 def test_search_by_explanation_finds_the_feature(server: str, browser, sample: SampleStore) -> None:
     page = browser.new_page()
     page.goto(f"{server}/search?sae={sample.sae_id}")
@@ -178,7 +204,7 @@ def test_search_by_explanation_finds_the_feature(server: str, browser, sample: S
 
 
 PAGE_TITLES = {"overview": "Overview", "feature": "Feature 0", "search": "Search", "playground": "Playground",
-               "compare": "Compare explainers and scorers"}  # fmt: skip
+               "compare": "Compare explainers and scorers", "families": "SAE families"}  # fmt: skip
 
 
 def test_every_page_has_its_own_url(server: str, browser, sample: SampleStore) -> None:
@@ -278,4 +304,40 @@ def test_absorption_columns_show_names_and_directions(server: str, browser, samp
     assert feature.locator("canvas").first.is_visible()
     headers = " ".join(page.locator("th").all_text_contents())
     assert "mean_absorption" not in headers and "first_letter" not in headers  # no raw SAEBench keys
+    page.close()
+
+
+@pytest.fixture(scope="module")
+def family_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[str, FamilyStore]]:
+    """`workbench app` over a real matched SAE family (issue 36): four indexed tiny-model SAEs with planted structure."""
+    from tests.evaluation.families.family_store import build_matched_family
+
+    family = build_matched_family(tmp_path_factory.mktemp("family_browser"))
+    with _serve(family.path) as url:
+        yield url, family
+
+
+def test_families_page_and_across_saes(family_server: tuple[str, FamilyStore], browser) -> None:
+    """Issue 36: the Families page draws the curves, the planted splitting tree and the stability table; the feature
+    page's "Across SAEs" section links to the matched feature of the other seed."""
+    url, family = family_server
+    page = browser.new_page(viewport={"width": 1400, "height": 1600})
+    page.goto(f"{url}/families")
+    page.get_by_role("heading", name="SAE families").first.wait_for(timeout=60_000)
+    parent = sorted(family.splits_ac)[0]
+    page.get_by_text(f"d=64 · feature {parent}", exact=False).first.wait_for(timeout=60_000)
+    for child in family.splits_ac[parent]:
+        assert page.get_by_text(f"d=74 · feature {child}", exact=False).count() >= 1
+    page.get_by_role("heading", name="Explanation stability").first.wait_for(timeout=30_000)
+    assert page.locator("canvas, svg").count() > 0  # the shared-fraction chart is drawn
+    page.screenshot(path=str(REPO / "artifacts" / "app-families.png"), full_page=True)
+
+    page.goto(f"{url}/feature?sae={family.a}&feature=0")
+    page.get_by_role("heading", name="Across SAEs").first.wait_for(timeout=60_000)
+    partner = int(family.perm[0])
+    link = page.get_by_role("link", name=f"open feature {partner} of {family.b[:8]} (d=64)").first
+    link.wait_for(timeout=30_000)
+    link.click()
+    page.get_by_text(f"Feature {partner}", exact=True).wait_for(timeout=60_000)
+    assert f"sae={family.b}" in page.url
     page.close()

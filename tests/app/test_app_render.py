@@ -1,10 +1,13 @@
 """Token rendering: escaping, shading, hover values, context bounds (hand-computed cases)."""
 
 import re
+from html.parser import HTMLParser
 
 import pytest
+from markdown_it import MarkdownIt
 
-from sae_workbench.app.render import context_bounds, escape_text, render_token_list, render_tokens
+from sae_workbench.app.render import context_bounds, escape_text, render_token_list, render_tokens, text_block
+from tests.app.sample_store import PRISM_TRICKY_TEXT
 
 
 def test_escape_text_neutralises_html_and_markdown() -> None:
@@ -57,3 +60,58 @@ def test_context_bounds_clip_to_window() -> None:
 def test_token_list_escapes() -> None:
     html = render_token_list(["<b>", "ok"], [1.5, -0.25])
     assert "&lt;b&gt;" in html and "+1.50" in html and "-0.25" in html and "<b>" not in html
+
+
+# --- whole texts (PRISM cluster texts, continuations): one markdown line, shown as stored (issue 37 item 3) ----
+
+
+class _TextOf(HTMLParser):
+    """The text content of an HTML fragment, entities decoded (what a browser's textContent gives)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.parts: list[str] = []
+
+    def handle_data(self, data: str) -> None:
+        self.parts.append(data)
+
+
+def text_content(fragment: str) -> str:
+    parser = _TextOf()
+    parser.feed(fragment)
+    parser.close()
+    return "".join(parser.parts)
+
+
+def commonmark(markdown: str) -> str:
+    """What a CommonMark renderer with raw HTML on (as Streamlit's unsafe_allow_html) makes of `markdown`."""
+    return MarkdownIt("commonmark", {"html": True}).render(markdown)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        PRISM_TRICKY_TEXT,
+        "first\n\n    indented four: a code block in raw markdown",
+        "tab\n\n\tthen <b>bold</b> & 'quotes' \"double\"",
+        "windows\r\n\r\n    line endings",
+        "# heading? * list? > quote? 1. item?",
+    ],
+)
+def test_text_block_stays_one_html_block_and_shows_the_text_as_stored(text: str) -> None:
+    block = text_block(text)
+    assert "\n" not in block and "\r" not in block and "\t" not in block
+    # A CommonMark renderer passes the block through untouched: no code block, no paragraph, no stray </div>.
+    assert commonmark(block).rstrip("\n") == block
+    assert text_content(block) == text
+    # Every inline use of escape_text is one line too (the explanation headline, the tree, search hits).
+    wrapped = f'<div class="wb-explanation">{escape_text(text)}</div>'
+    assert commonmark(wrapped).rstrip("\n") == wrapped and text_content(wrapped) == text
+
+
+def test_text_block_puts_trusted_markup_before_the_escaped_text() -> None:
+    block = text_block("a\n\n  <i>b</i>", '<span class="wb-special">α = +2 →</span> ')
+    assert block == (
+        '<div class="wb-tokens wb-text"><span class="wb-special">α = +2 →</span> '
+        "a&#10;&#10;  &lt;i&gt;b&lt;/i&gt;</div>"
+    )
