@@ -196,6 +196,24 @@ BENCHES: tuple[Bench, ...] = (
         "term; R² on 1000 fresh masks of ProxySPEX vs Shapley vs Banzhaf and the wall time per game reported.",
         check=targets.check_interactions, timeout_s=1800,
     ),
+    Bench(
+        "families", "SAE families: best match for every feature of two 16k SAEs, blocked vs dense (issue 36)",
+        _m("bench.families_bench"), (), ("--quick",),
+        meaning="Two planted 16,384-feature SAEs (d_in 576; B = A permuted plus noise, a quarter of B replaced), 2 "
+        "torch threads, each mode in its own process: the dense cosine matrix + argmax (baseline, 1 GiB) vs the "
+        "blocked top-k (1024 rows a block) greedy best match, and the one-to-one Hungarian on the blocked top-32 "
+        "candidate graph. Targets (issue 36): seconds on 2 cores, memory bounded by the block, same matches.",
+        check=targets.check_families, timeout_s=1200,
+    ),
+    Bench(
+        "embed", "Window embedding vs a plain batched SentenceTransformer.encode", _m("bench.embed_bench"),
+        ("--windows", "2048", "--repeats", "3"), ("--windows", "256", "--repeats", "1"),
+        meaning="Seconds to embed the 32-token crops of N windows of stdlib source with all-MiniLM-L6-v2: "
+        "`ensure_window_embeddings` (read the crops from the store, embed, write the vectors and their memory-mapped "
+        "copy) and the loop before issue 37 (512-window chunks), each / a plain `SentenceTransformer.encode(texts, "
+        "batch_size=64)` of the same texts in the same repeat. Target (issue 37): < 1.05×.",
+        check=targets.check_embed, timeout_s=1800,
+    ),
 )  # fmt: skip
 
 
