@@ -110,6 +110,23 @@ class StoreBase:
             close_connection(self.path, conn)
 
     @contextmanager
+    def released(self) -> Generator[None, None, None]:
+        """Leave the file free during long work that needs no store (embedding texts inside a job's store call): when
+        this thread holds a session outside a transaction, its cursor is closed for the block (the file is detached
+        once no other session of the process uses it) and reopened after it, with the session cache cleared (another
+        process may have written meanwhile). Elsewhere a no-op."""
+        held = self._held()
+        if held is None or held.in_tx:
+            yield
+            return
+        close_connection(self.path, held.conn)
+        try:
+            yield
+        finally:
+            held.conn = open_connection(self.path, self.read_only, self.busy_timeout_s)
+            held.cache.clear()
+
+    @contextmanager
     def _conn(self) -> Generator[duckdb.DuckDBPyConnection, None, None]:
         """The cursor of this thread's session (opening a session of its own when none is held); DuckDB's error on
         a damaged partitioned Parquet file becomes PartitionFileError (`parquet_read_error`)."""

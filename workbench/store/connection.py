@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import logging
+import math
 import os
 import threading
 import time
@@ -67,6 +68,13 @@ POLL_CAP_S = 0.025
 """Longest wait between two attempts to open a locked store file."""
 YIELD_S = 0.06
 """How long a lease-holding writer leaves the file free between leases (> POLL_CAP_S, see acquire)."""
+READER_BUSY_TIMEOUT_S = 60.0
+"""How long a read-only store call (the app, `workbench sql`) waits for the file before StoreBusyError."""
+WRITER_BUSY_TIMEOUT_S = math.inf
+"""How long a writing store call (a job's commit) waits: without limit, so that another process holding the file
+(a raw `duckdb.connect(path, read_only=True)`, another job) delays a job but cannot make it fail; it says so."""
+WAIT_NOTICE_S = 10.0
+"""A call waiting this long for the file logs a warning (and again every WAIT_NOTICE_S * 3 while it waits)."""
 WAITING_FRESH_S = 2.0
 """A waiting announcement (see `announce_waiting`) older than this is stale: its process got in or gave up (2 s:
 filesystems with one-second timestamps must still see a fresh touch as fresh)."""
@@ -121,7 +129,9 @@ class _Hub:
                 f"No store at {path}; create it with a writer first (e.g. `workbench index`)."
             )
         key = os.path.realpath(path)
-        deadline = time.monotonic() + busy_timeout_s
+        started = time.monotonic()
+        deadline = started + busy_timeout_s
+        notice_at = started + WAIT_NOTICE_S
         delay = 0.005
         while True:
             message = ""
@@ -147,11 +157,20 @@ class _Hub:
                         self._drop_user(key)
                         raise
                     return cursor
-            if time.monotonic() >= deadline:
+            now = time.monotonic()
+            if now >= deadline:
                 raise StoreBusyError(
                     f"Store {path} stayed locked by another process for {busy_timeout_s:.0f}s ({message}). "
                     "Wait for the other job to finish, or raise busy_timeout_s."
                 )
+            if now >= notice_at:
+                notice_at = now + 3 * WAIT_NOTICE_S
+                log.warning(
+                    "store %s has been locked by another process for %.0f s; waiting and retrying (%s). A job or "
+                    "a raw `duckdb.connect(...)` holds it: close such a connection and query through `workbench "
+                    "sql`, which takes its turn.",
+                    path, now - started, "read-only" if read_only else "this write waits without limit",
+                )  # fmt: skip
             # Say we wait (lease-holding writers, like the explain job, step aside only for a waiting process) and
             # poll at least every POLL_CAP_S: they leave the file free for YIELD_S > POLL_CAP_S, so a waiting
             # process is sure to see it free at least once.

@@ -88,12 +88,16 @@ class StoreLease:
                 self._since = since
 
     def release(self) -> None:
-        """Close the workers' sessions (after their queued calls), then the leased session."""
-        for worker in self.workers:
-            worker.close_session()
+        """Close the leased session, then the workers' sessions (after their queued calls).
+
+        The leased session goes first: while a worker's queued call runs long work with the file released
+        (`Store.released`, e.g. embedding a feature's crops), no session of this process holds the file and a
+        waiting process gets in at once instead of after the worker's whole queue."""
         if self._stack is not None:
             self._stack.close()
             self._stack = None
+        for worker in self.workers:
+            worker.close_session()
 
 
 class StoreWorker:

@@ -17,6 +17,7 @@ from pathlib import Path
 from sae_workbench.store.activations import Activations
 from sae_workbench.store.attributions import Attributions
 from sae_workbench.store.base import Session, StoreBase
+from sae_workbench.store.connection import READER_BUSY_TIMEOUT_S, WRITER_BUSY_TIMEOUT_S
 from sae_workbench.store.errors import IndexConfigError, SchemaVersionError
 from sae_workbench.store.explanations import Explanations
 from sae_workbench.store.families import Families
@@ -58,8 +59,14 @@ class Store(
     """A DuckDB feature store file. Open with `Store.open(path, read_only=False)`; see the package docstring."""
 
     @classmethod
-    def open(cls, path: str | Path, read_only: bool = False, *, busy_timeout_s: float = 60.0) -> Store:
-        """Open (creating and migrating when writable) the store at `path`; raise typed errors on bad files."""
+    def open(cls, path: str | Path, read_only: bool = False, *, busy_timeout_s: float | None = None) -> Store:
+        """Open (creating and migrating when writable) the store at `path`; raise typed errors on bad files.
+
+        `busy_timeout_s`: how long each call waits for another process's lock before StoreBusyError; default
+        READER_BUSY_TIMEOUT_S (60 s) read-only, WRITER_BUSY_TIMEOUT_S (no limit, with a warning every 30 s) for a
+        writer, so that a reader holding the file can delay a job but never make it fail."""
+        if busy_timeout_s is None:
+            busy_timeout_s = READER_BUSY_TIMEOUT_S if read_only else WRITER_BUSY_TIMEOUT_S
         store = cls(Path(path), read_only, busy_timeout_s)
         if not read_only:
             store.path.parent.mkdir(parents=True, exist_ok=True)
