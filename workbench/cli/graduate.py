@@ -4,6 +4,8 @@ out of the DuckDB file into hive-partitioned Parquet.
     workbench graduate --store runs/store.duckdb                          # -> runs/store-data/activations/...
     workbench graduate --store runs/store.duckdb --root s3://bucket/wb --endpoint-url http://127.0.0.1:9000
 
+    workbench graduate --store runs/store.duckdb --repair                 # rebuild damaged/missing files
+
 Every other table stays in the store file, which records where each SAE's rows went (its ledger); every command and
 the app then read them from there. Safe to interrupt: rerunning the same command finishes the job and never counts a
 row twice (see sae_workbench.store.graduate). Credentials for s3:// come from the usual AWS environment variables.
@@ -46,12 +48,44 @@ def graduate(
         "--endpoint-url",
         help="S3 endpoint (MinIO, moto, other S3-compatible stores); sets AWS_ENDPOINT_URL.",
     ),
+    repair: bool = typer.Option(
+        False,
+        "--repair",
+        help="Rebuild missing or damaged Parquet files from their source (windows from the corpus, activations by "
+        "re-encoding the windows with the SAE its record names), drop stray files, record files graduated before "
+        "file records existed; then graduate as usual.",
+    ),
+    repair_sae: str | None = typer.Option(
+        None, "--sae", help="--repair: the SAE folder (default: the path the store recorded for it)."
+    ),
+    repair_model: str | None = typer.Option(
+        None, "--model", help="--repair: the subject model (default: the one the index run recorded)."
+    ),
+    repair_corpus: str | None = typer.Option(
+        None, "--corpus", help="--repair: the indexed corpus (default: its recorded name)."
+    ),
+    device: options.Device = defaults.DEFAULT_DEVICE,
 ) -> None:
     """Move activations (feature buckets of 256) and windows from the store file to Parquet, crash-safely."""
     from sae_workbench.store import Store
 
     if endpoint_url:
         os.environ["AWS_ENDPOINT_URL"] = endpoint_url
+    if repair:
+        from sae_workbench.sae.repair import repair_partitions
+
+        actions = repair_partitions(
+            Store.open(store),
+            device=device,
+            sae_path=repair_sae,
+            model_name=repair_model,
+            corpus_spec=repair_corpus,
+            step=lambda line: typer.echo(line, err=True),
+        )
+        for line in actions:
+            typer.echo(f"repaired: {line}")
+        if not actions:
+            typer.echo("repair: every partitioned file matches the ledger")
     target = root if root is not None else str(default_root(store))
     reports = Store.open(store).graduate(target, sae or None, windows=windows)
     if not reports:

@@ -41,9 +41,11 @@ from sae_workbench.store.partitioned import (
     activations_dir,
     config_hash8,
     corpus_dir,
+    file_digest,
     filesystem,
     fs_path,
     join,
+    listed_files,
     move_file,
     normalise_root,
     parquet_rows,
@@ -54,7 +56,7 @@ from sae_workbench.store.partitioned import (
     write_bucket,
     write_window_chunk,
 )
-from sae_workbench.store.sql import count
+from sae_workbench.store.sql import Table, count
 
 Kind = Literal["activations", "windows"]
 
@@ -281,6 +283,81 @@ class Graduation(Indexing):
             return None
         with self._conn() as conn:
             return parquet_rows(conn, path)
+
+
+class PartitionRepair(Graduation):
+    """`graduate --repair`'s store side: rewrite one recorded file, drop strays, record a missing file record."""
+
+    def replace_partition_file(self, kind: Kind, key: str, rel: str, rows: Table) -> int:
+        """Rewrite the recorded file `rel` of `key` from `rows` (activations: feature, window_id, position, value;
+        windows: the window file's columns) through staging, sorted and ranked exactly as graduation writes it.
+        StoreError (nothing replaced) unless it holds the row count the ledger recorded; the ledger's record of the
+        file gets its new bytes and digest. Return the rows."""
+        recorded = self.partition_file_record(kind, key)
+        folder = self.partition_folder(kind, key)
+        if recorded is None or folder is None or rel not in recorded:
+            raise StoreError(f"{kind} of {key!r} has no recorded file {rel}; nothing to rebuild.")
+        root = folder.rsplit("/", 2)[0]
+        staging = staging_dir(root, f"repair-{kind}-{_segment(folder)}")
+        staged = join(staging, rel)
+        with self._conn() as conn:
+            conn.register("_repair_rows", rows)
+            try:
+                if kind == "activations":
+                    sql = "SELECT feature, window_id, position, value FROM _repair_rows"
+                    written = write_bucket(conn, sql, [], staged)
+                else:
+                    columns = ", ".join(f'"{c}"' for c in WINDOW_FILE_COLUMNS)
+                    written = write_window_chunk(conn, f"SELECT {columns} FROM _repair_rows", [], staged)
+            finally:
+                conn.unregister("_repair_rows")
+        expected = int(recorded[rel][0])
+        if written != expected:
+            _remove(staging)
+            raise StoreError(
+                f"the rebuilt {join(folder, rel)} holds {written} rows, the ledger recorded {expected}; nothing "
+                "replaced (the source differs from what was indexed: restore the file from a backup instead)."
+            )
+        move_file(staged, join(folder, rel))
+        _remove(staging)
+        size = int(filesystem(folder).size(fs_path(join(folder, rel))))
+        self.update_partition_files(
+            kind, key, {**recorded, rel: [written, size, file_digest(join(folder, rel))]}
+        )
+        return written
+
+    def remove_stray_files(self, kind: Kind, key: str) -> list[str]:
+        """Delete the files under `key`'s folder that the ledger does not record; return their paths."""
+        folder = self.partition_folder(kind, key)
+        recorded = self.partition_file_record(kind, key)
+        if folder is None or recorded is None:
+            return []
+        fs = filesystem(folder)
+        removed = [join(folder, rel) for rel in listed_files(folder) if rel not in recorded]
+        for path in removed:
+            fs.rm(fs_path(path))
+        return removed
+
+    def record_missing_file_record(self, kind: Kind, key: str) -> bool:
+        """Record the files of a key graduated before file records existed (schema < 11), when their footers add up
+        to the ledger's n_rows; False when it had a record already."""
+        if self.partition_file_record(kind, key) is not None:
+            return False
+        root = self._ledger_root(kind, key)
+        if root is None:
+            raise StoreError(f"{kind} of {key!r} are not partitioned.")
+        files = self.record_partition_files(kind, key, root)
+        ledger, column = _LEDGERS[kind]
+        with self._conn() as conn:
+            n_rows = count(conn.execute(f"SELECT n_rows FROM {ledger} WHERE {column} = ?", [key]))
+        total = sum(int(r[0]) for r in files.values())
+        if total != n_rows:
+            raise StoreError(
+                f"{kind} of {key!r}: the files under {root} hold {total} rows, the ledger {n_rows}; restore the "
+                "missing files from a backup before recording them."
+            )
+        self.update_partition_files(kind, key, files)
+        return True
 
 
 _LEDGERS: dict[Kind, tuple[str, str]] = {

@@ -237,20 +237,6 @@ def write_bucket_from_files(files: list[str], features: tuple[int, int], path: s
     """`write_bucket` of the rows of features [lo, hi) read from Parquet files (columns feature, window_id, position,
     value), on a DuckDB connection of its own (never the store file): the reduce task of `index --backend ray`."""
     listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
-    rows_sql = (
-        f"SELECT feature, window_id, position, value FROM read_parquet([{listed}]) WHERE feature >= ? AND feature < ?"
-    )
-    conn = duckdb.connect()
-    try:
-        return write_bucket(conn, rows_sql, [features[0], features[1]], path)
-    finally:
-        conn.close()
-
-
-def write_bucket_from_files(files: list[str], features: tuple[int, int], path: str) -> int:
-    """`write_bucket` of the rows of features [lo, hi) read from Parquet files (columns feature, window_id, position,
-    value), on a DuckDB connection of its own (never the store file): the reduce task of `index --backend ray`."""
-    listed = ", ".join("'" + f.replace("'", "''") + "'" for f in files)
     rows_sql = f"SELECT feature, window_id, position, value FROM read_parquet([{listed}]) WHERE feature >= ? AND feature < ?"
     conn = duckdb.connect()
     try:
@@ -415,33 +401,40 @@ class Partitions(StoreBase):
         """What is wrong with `key`'s partitioned files against the ledger's record: missing files, other sizes,
         files the ledger does not know, and with `deep` other digests or footer row counts (every byte read).
         Empty when all is well (or nothing is recorded to compare with)."""
+        return [message for _, message in self.damaged_files(kind, key, deep)]
+
+    def damaged_files(self, kind: str, key: str, deep: bool = False) -> list[tuple[str, str]]:
+        """(path relative to `key`'s folder, what is wrong) of each damaged, missing or stray file (see
+        `partition_faults`); a stray file is one the ledger does not record."""
         folder = self.partition_folder(kind, key)
         recorded = self.partition_file_record(kind, key)
         if folder is None or recorded is None:
             return []
         found = {rel: size for rel, size in listed_files(folder).items() if rel.endswith(".parquet")}
-        faults: list[str] = []
+        faults: list[tuple[str, str]] = []
         for rel, (rows, size, digest) in sorted(recorded.items()):
             path = join(folder, rel)
             if rel not in found:
-                faults.append(f"{path} is missing (the ledger recorded {rows} rows, {size} bytes)")
+                faults.append((rel, f"{path} is missing (the ledger recorded {rows} rows, {size} bytes)"))
             elif found[rel] != size:
                 faults.append(
-                    f"{path} is {found[rel]} bytes, the ledger recorded {size} (truncated or replaced)"
+                    (rel, f"{path} is {found[rel]} bytes, the ledger recorded {size} (truncated or replaced)")
                 )
             elif deep and file_digest(path) != digest:
-                faults.append(f"{path} has other contents than were recorded (blake2b differs)")
+                faults.append((rel, f"{path} has other contents than were recorded (blake2b differs)"))
             elif deep:
                 try:
                     with self._conn() as conn:
                         n = parquet_rows(conn, path)
-                except duckdb.Error as exc:
-                    faults.append(f"{path} is not a readable Parquet file ({exc})")
+                except (duckdb.Error, PartitionFileError) as exc:
+                    faults.append((rel, f"{path} is not a readable Parquet file ({exc})"))
                     continue
                 if n != rows:
-                    faults.append(f"{path} holds {n} rows, the ledger recorded {rows}")
+                    faults.append((rel, f"{path} holds {n} rows, the ledger recorded {rows}"))
         for rel in sorted(set(found) - set(recorded)):
-            faults.append(f"{join(folder, rel)} is not in the ledger (a stray file would be read as well)")
+            faults.append(
+                (rel, f"{join(folder, rel)} is not in the ledger (a stray file would be read as well)")
+            )
         return faults
 
     def require_partition_files(self, kind: str, key: str) -> None:

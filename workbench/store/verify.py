@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 import duckdb
 
-from sae_workbench.store.graduate import Graduation
+from sae_workbench.store.graduate import PartitionRepair
 from sae_workbench.store.migrations import LATEST_VERSION, migrate
 from sae_workbench.store.partitioned import filesystem, fs_path, join, listed_files, normalise_root
 from sae_workbench.store.sql import count, loads
@@ -47,7 +47,7 @@ class VerifyReport:
         return not self.faults
 
 
-class Verification(Graduation):
+class Verification(PartitionRepair):
     """The whole-store check (`verify`)."""
 
     def verify(self) -> VerifyReport:
