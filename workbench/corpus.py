@@ -253,18 +253,64 @@ TOKENIZE_DOCS = 64
 """Documents tokenized per call (the fast tokenizer batches them natively)."""
 
 
-def _document_tokens(corpus: Corpus, tokenizer: Any, separator_id: int) -> Iterator[tuple[np.ndarray, str]]:
-    """Yield each non-empty document's token ids (int64) followed by the separator token, with its source."""
+LONG_DOCUMENT_CHARS = 1_000_000
+"""A document longer than this is tokenized in pieces of at most this many characters, cut before a whitespace
+character, as the windows need them (issue 34: a 10 MB one-line corpus was tokenized whole, 2.1 GB peak, to index
+32 windows). No document of the embedded default corpus is this long (its longest: 755,864 characters)."""
+
+
+def _pieces(text: str, limit: int = LONG_DOCUMENT_CHARS) -> Iterator[str]:
+    """`text` in consecutive pieces of at most `limit` characters, each cut just before a whitespace character where
+    one lies in the second half of the piece (a byte-level BPE tokenizer then tokenizes the pieces as the whole)."""
+    start = 0
+    while len(text) - start > limit:
+        end = start + limit
+        cut = max(text.rfind(" ", start + limit // 2, end), text.rfind("\n", start + limit // 2, end))
+        end = cut if cut > start else end
+        yield text[start:end]
+        start = end
+    yield text[start:]
+
+
+def _document_tokens(
+    corpus: Corpus, tokenizer: Any, separator_id: int
+) -> Iterator[tuple[np.ndarray, str, int]]:
+    """Yield each non-empty document's token ids (int64) followed by the separator token, with its source and the
+    offset of its first token in the document (0; a document over LONG_DOCUMENT_CHARS comes in pieces, tokenized one
+    at a time as they are consumed, the separator after the last)."""
     any_doc = False
     pending: list[Document] = []
 
-    def flush() -> Iterator[tuple[np.ndarray, str]]:
+    def flush() -> Iterator[tuple[np.ndarray, str, int]]:
+        if not pending:
+            return
         encoded = tokenizer([d.text for d in pending], add_special_tokens=False)["input_ids"]
         for doc, ids in zip(pending, encoded, strict=True):
             if ids:
-                yield np.array([*ids, separator_id], dtype=np.int64), doc.source
+                yield np.array([*ids, separator_id], dtype=np.int64), doc.source, 0
+
+    def long_document(doc: Document) -> Iterator[tuple[np.ndarray, str, int]]:
+        offset = 0
+        pieces = _pieces(doc.text)
+        piece = next(pieces)
+        for following in pieces:
+            ids = tokenizer(piece, add_special_tokens=False)["input_ids"]
+            yield np.array(ids, dtype=np.int64), doc.source, offset
+            offset += len(ids)
+            piece = following
+        ids = tokenizer(piece, add_special_tokens=False)["input_ids"]
+        yield np.array([*ids, separator_id], dtype=np.int64), doc.source, offset
 
     for doc in corpus.documents():
+        if len(doc.text) > LONG_DOCUMENT_CHARS:
+            for item in flush():  # the documents before it first: the stream's order is the corpus's
+                any_doc = True
+                yield item
+            pending = []
+            for item in long_document(doc):
+                any_doc = True
+                yield item
+            continue
         pending.append(doc)
         if len(pending) == TOKENIZE_DOCS:
             for item in flush():
@@ -343,11 +389,11 @@ def iter_windows(
             offsets=off_all[:n],
         )
 
-    for doc_ids, source in _document_tokens(corpus, tokenizer, bos):
+    for doc_ids, source, first_offset in _document_tokens(corpus, tokenizer, bos):
         sources.append(source)
         ids_parts.append(doc_ids)
         doc_parts.append(np.full(len(doc_ids), len(sources) - 1, dtype=np.int64))
-        off_parts.append(np.arange(len(doc_ids), dtype=np.int64))
+        off_parts.append(np.arange(first_offset, first_offset + len(doc_ids), dtype=np.int64))
         pending += len(doc_ids)
         if pending < per_window:
             continue
