@@ -24,6 +24,7 @@ from transformer_lens import HookedTransformer
 from sae_workbench.corpus import MaskPolicy, WindowBatch, default_bos_id, iter_windows
 from sae_workbench.errors import WorkbenchError
 from sae_workbench.models import check_context_size, forward_to_hooks, validate_hooks
+from sae_workbench.progress import bars_enabled
 from sae_workbench.sae.feature_stats import compute_feature_stats
 from sae_workbench.sae.index_request import IndexConfig, IndexRequest, IndexResult
 from sae_workbench.sae.vocab import vocab_strings
@@ -160,6 +161,7 @@ def index_sae(store: Store, request: IndexRequest) -> IndexResult:
             unit="tok",
             unit_scale=True,
             desc=f"index {sae_id[:8]}",
+            disable=not bars_enabled(),  # off under --no-progress (sae_workbench.progress)
         )
         pending: list[WindowBatch] = []
         pending_acts: list[pa.Table] = []

@@ -25,6 +25,7 @@ from torch import nn
 from tqdm.auto import tqdm
 
 from sae_workbench.evaluation.absorption.eval import score_words
+from sae_workbench.progress import bars_enabled
 
 log = logging.getLogger(__name__)
 
@@ -164,7 +165,10 @@ def _train_loop(
 ) -> None:
     """Adam on MSE + L1, with the decoder renormalised after every step and dead latents resampled early on."""
     fired_F = torch.zeros(N_FEATURES, dtype=torch.bool)
-    for step in tqdm(range(cfg.n_steps), desc="toy SAE", leave=False, disable=None):
+    # None: on a terminal only; off under --no-progress (sae_workbench.progress).
+    for step in tqdm(
+        range(cfg.n_steps), desc="toy SAE", leave=False, disable=None if bars_enabled() else True
+    ):
         x_BD, _ = sample_batch(cfg, feats_FD, cfg.batch_size, gen)
         acts_BF = sae.encode(x_BD)
         fired_F |= (acts_BF > 0).any(0)

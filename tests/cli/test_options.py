@@ -47,9 +47,17 @@ SHARED = {
 # settings, graduate's --sae-id is a list. Each is a strict xfail, so moving one to options.py turns its xfail into a
 # failure that asks to delete its line here.
 KNOWN_GAPS = {
-    ("polysemanticity-sweep", "explainer"): "cli/polysemanticity_sweep.py declares --explainer (default 'tree') itself",
+    (
+        "polysemanticity-sweep",
+        "explainer",
+    ): "cli/polysemanticity_sweep.py declares --explainer (default 'tree') itself",
     ("absorption", "preset"): "cli/absorption.py declares --preset (SAEBench's settings) itself",
     ("graduate", "sae"): "cli/graduate.py declares --sae itself",
+    ("graduate", "repair_sae"): "graduate --repair declares --sae itself (to move to options.py)",
+    ("graduate", "repair_model"): "graduate --repair declares --model itself (to move to options.py)",
+    ("graduate", "repair_corpus"): "graduate --repair declares --corpus itself (to move to options.py)",
+    ("match", "sae"): "match's --sae is a list (two or more SAE ids or folders)",
+    ("match", "explainer"): "match's --explainer turns the explanation-stability comparison on, no filter",
 }
 
 
@@ -251,3 +259,74 @@ def test_load_subject_checks_hooks_and_window_size_once() -> None:
         loaders.load_subject("tiny", ["blocks.9.hook_resid_post"])
     with pytest.raises(ContextSizeError):
         loaders.load_subject("tiny", ["blocks.1.hook_resid_post"], 10_000)
+
+
+# --- every shared option, found from options.py itself (issue 37 item 4) -----------------------------------------
+
+
+def _option_flags(info: Any) -> set[str]:
+    """The flags an OptionInfo declares (`--progress/--no-progress` → both)."""
+    decls = [info.default, *info.param_decls] if isinstance(info.default, str) else list(info.param_decls)
+    return {
+        flag for decl in decls if isinstance(decl, str) for flag in decl.split("/") if flag.startswith("--")
+    }
+
+
+def _shared_flags() -> set[str]:
+    """Every flag an option declared in options.py (or re-exported there) has: the shared options."""
+    flags: set[str] = set()
+    for value in vars(options).values():
+        for meta in getattr(value, "__metadata__", ()):
+            if isinstance(meta, typer.models.OptionInfo):
+                flags |= _option_flags(meta)
+    return flags
+
+
+def _param_option(fn: Callable[..., Any], param: str) -> Any:
+    """The OptionInfo behind a command's parameter (from Annotated, or a typer.Option default), or None."""
+    hint = typing.get_type_hints(fn, include_extras=True).get(param)
+    for meta in getattr(hint, "__metadata__", ()):
+        if isinstance(meta, typer.models.OptionInfo):
+            return meta
+    default = inspect.signature(fn).parameters[param].default
+    return default if isinstance(default, typer.models.OptionInfo) else None
+
+
+def _shared_flag_uses() -> list[Any]:
+    """One pytest param per (command, parameter) whose flag is a shared one, whatever the parameter is called."""
+    shared, uses = _shared_flags(), []
+    for name, fn in sorted(_commands().items()):
+        for param in inspect.signature(fn).parameters:
+            info = _param_option(fn, param)
+            if info is not None and _option_flags(info) & shared:
+                gap = KNOWN_GAPS.get((name, param))
+                marks = [pytest.mark.xfail(strict=True, reason=gap)] if gap else []
+                uses.append(pytest.param(name, param, marks=marks, id=f"{name}:{param}"))
+    return uses
+
+
+def test_shared_flags_cover_every_option_of_the_options_module() -> None:
+    """The scan sees all shared options, not a hand-kept list: every flag in SHARED and the LLM options is one."""
+    assert set(SHARED.values()) - {"--progress/--no-progress"} <= _shared_flags()
+    assert {"--progress", "--no-progress", "--llm-model", "--force-model", "--batch-size"} <= _shared_flags()
+
+
+@pytest.mark.parametrize(("name", "param"), _shared_flag_uses())
+def test_every_shared_flag_means_the_shared_option(name: str, param: str) -> None:
+    """A command spelling a shared flag (under any parameter name) declares it through options.py, so its parsing,
+    help and side effects (--no-progress silencing every bar) are the same in every command."""
+    info = _param_option(_commands()[name], param)
+    assert id(info) in _option_infos(), f"{name} declares {sorted(_option_flags(info))} itself (--{param})"
+
+
+# Every command that shows progress bars or step lines while it works (issue 37 item 4).
+SHOWS_PROGRESS = {"cache", "train", "index", "explain", "score", "polysemanticity-sweep", "absorption", "attribute",
+                  "interactions", "match", "demo"}  # fmt: skip
+
+
+@pytest.mark.parametrize("name", sorted(SHOWS_PROGRESS))
+def test_every_command_that_shows_progress_takes_no_progress(name: str) -> None:
+    """Failed before for explain and demo: explain rejected --no-progress, demo had no such flag."""
+    fn = _commands()[name]
+    assert "progress" in inspect.signature(fn).parameters, name
+    assert id(_param_option(fn, "progress")) in _option_infos(), name

@@ -61,8 +61,23 @@ FAST = DemoConfig(
 )
 
 
+# The stages whose commands take --progress/--no-progress (the demo's own --no-progress is passed on to them).
+_SHOWS_PROGRESS = {"cache", "train", "index", "explain", "score", "absorption", "attribute", "interactions"}
+
+
+def stage_args(args: list[str]) -> list[str]:
+    """A stage's command line: with `--no-progress` added under the demo's own --no-progress, where it takes it."""
+    from sae_workbench.progress import bars_enabled
+
+    if not bars_enabled() and args[0] in _SHOWS_PROGRESS:
+        return [args[0], "--no-progress", *args[1:]]
+    return args
+
+
 def _run(step: str, args: list[str], log_dir: Path) -> str:
-    """Run one `workbench` command; stream its progress to the terminal and return its stdout."""
+    """Run one `workbench` command; stream its progress to the terminal (none after --no-progress) and return its
+    stdout."""
+    args = stage_args(args)
     typer.secho(f"\n▶ {step}: workbench {' '.join(args)}", bold=True)
     started = time.perf_counter()
     proc = subprocess.run(
@@ -221,8 +236,10 @@ def demo(
     out: Path = typer.Option(defaults.DEMO_DIR, help="Folder for every artifact of the demo."),
     fast: bool = typer.Option(False, help="A smaller, quicker run (fewer tokens, narrower SAE)."),
     model: options.Model = defaults.DEFAULT_MODEL,
+    progress: options.Progress = True,
 ) -> None:
     """Run the whole pipeline on the embedded default and print a summary (rerunning reuses what exists)."""
+    del progress  # --no-progress silences the bars here and is passed on to every stage (_run)
     cfg = FAST if fast else DemoConfig()
     if model != cfg.model:
         from dataclasses import replace

@@ -41,6 +41,7 @@ def explain(
     ray_address: options.RayAddress = None,
     ray_workers: options.RayWorkers = None,
     llm_qps: options.LlmQps = None,
+    progress: options.Progress = True,
 ) -> None:
     """Explain features with the lexical (offline), one-shot, tree or PRISM explainer; rerun to resume."""
     from sae_workbench.explainers.job import ExplainConfig, ExplainJob
@@ -78,7 +79,9 @@ def explain(
         from sae_workbench.explainers.ray_backend import RayExplainBackend
 
         remote = RayExplainBackend(ray_workers, qps=llm_qps, ray_config=RayConfig(address=ray_address))
-    job = ExplainJob(st, sae, config, status.config, concurrency=concurrency, remote=remote)
+    job = ExplainJob(
+        st, sae, config, status.config, concurrency=concurrency, remote=remote, progress=progress
+    )
     summary = job.run(options.parse_features(features, sae_row.d_sae))
     typer.echo(
         f"explain {name}: {summary.explained} explained, {summary.dead} dead, {summary.skipped} already stored "

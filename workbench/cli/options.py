@@ -121,7 +121,26 @@ OptionalSeed = Annotated[
 Features = Annotated[
     str, typer.Option("--features", help="'all', a range '0-49', a list '3,7,9', or a mix '0-9,20'.")
 ]
-Progress = Annotated[bool, typer.Option("--progress/--no-progress", help="Show a progress bar.")]
+
+
+def progress_switch(ctx: typer.Context, value: bool) -> bool:
+    """--no-progress: besides the flag the command passes down, every progress bar in the process is off until the
+    command ends (`sae_workbench.progress.silence_bars`), so bars of the libraries it calls stay quiet too."""
+    if not value and not ctx.resilient_parsing:
+        from sae_workbench.progress import silence_bars
+
+        ctx.call_on_close(silence_bars())
+    return value
+
+
+Progress = Annotated[
+    bool,
+    typer.Option(
+        "--progress/--no-progress",
+        callback=progress_switch,
+        help="Show progress bars and step lines on stderr (--no-progress: none, from any library).",
+    ),
+]
 
 Backend = Annotated[
     str,
