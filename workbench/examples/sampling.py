@@ -37,6 +37,7 @@ from sae_workbench.embeddings import DEFAULT_EMBEDDING_MODEL, embed_texts
 from sae_workbench.errors import WorkbenchError
 from sae_workbench.examples.loading import load_records
 from sae_workbench.examples.records import crop_record, crop_start, make_record
+from sae_workbench.progress import bars_enabled
 from sae_workbench.store import Example, Sample, Store, WindowEmbeddings
 from sae_workbench.store.window_embeddings import embedding_key
 
@@ -107,24 +108,42 @@ def crop_texts(
 
 
 def ensure_window_embeddings(
-    store: Store, sae_id: str, model: str = DEFAULT_EMBEDDING_MODEL, chunk: int = 512,
+    store: Store, sae_id: str, model: str = DEFAULT_EMBEDDING_MODEL, chunk: int = 1024,
     crop: int | None = EMBED_CROP,
 ) -> int:  # fmt: skip
     """Embed (once) every stored window of the SAE's corpus that lacks an embedding of its `crop` (None: whole
-    window); return how many were added."""
+    window); return how many were added.
+
+    The texts are read first (cheap), then embedded shortest first across all of them, so each of the encoder's
+    batches pads to nearly its own length, and a text many windows share is embedded once; vectors are written every
+    `chunk` texts (a killed run keeps them). bench/embed_bench.py compares this with a plain batched
+    `SentenceTransformer.encode` of the same texts."""
     progress = store.index_progress(sae_id)
     if progress is None:
         raise MissingEmbeddingsError(f"SAE {sae_id} is not indexed; run `workbench index` first.")
     key = embedding_key(model, crop)
     missing = store.windows_missing_embeddings(progress.corpus, key)
-    for start in tqdm(range(0, len(missing), chunk), desc="embed windows", disable=len(missing) <= chunk):
-        ids = missing[start : start + chunk]
-        vectors = embed_texts(crop_texts(store, progress.corpus, ids, crop), model)
-        store.add_window_embeddings(progress.corpus, key, ids, vectors)
-    if len(missing):
-        cached_window_embeddings(
-            store, progress.corpus, key
-        )  # writes the memory-mapped copy for later processes
+    if not len(missing):
+        return 0
+    windows_of: dict[str, list[int]] = {}  # text → rows of `missing` that show it
+    for start in range(0, len(missing), chunk):
+        texts = crop_texts(store, progress.corpus, missing[start : start + chunk], crop)
+        for row, text in enumerate(texts, start):
+            windows_of.setdefault(text, []).append(row)
+    unique = sorted(windows_of, key=len)
+    small = len(missing) <= chunk
+    bar = tqdm(total=len(missing), desc="embed windows", unit="win", disable=small or not bars_enabled())
+    for start in range(0, len(unique), chunk):
+        part = unique[start : start + chunk]
+        vectors_ND = embed_texts(part, model)
+        rows = np.fromiter((r for text in part for r in windows_of[text]), np.int64)
+        repeats = np.fromiter((len(windows_of[text]) for text in part), np.int64, len(part))
+        store.add_window_embeddings(
+            progress.corpus, key, missing[rows], np.repeat(vectors_ND, repeats, axis=0)
+        )
+        bar.update(len(rows))
+    bar.close()
+    cached_window_embeddings(store, progress.corpus, key)  # writes the memory-mapped copy for later processes
     return len(missing)
 
 
@@ -257,12 +276,9 @@ def _peak_crop_embeddings(
     first = ["".join(r.tokens[: cfg.crop]) for r in records]
     fresh = [row for row, a, b in zip(moved, shown, first, strict=True) if a != b]
     if fresh:
-        # Seconds of MiniLM per feature on a CPU: done with the file left free, or a job's store thread would keep
-        # every other process (`workbench sql`, the app) out for as long (issue 34).
-        with store.released():
-            out[fresh] = embed_texts(
-                [s for s, f in zip(shown, first, strict=True) if s != f], cfg.embedding_model
-            )
+        out[fresh] = embed_texts(
+            [s for s, f in zip(shown, first, strict=True) if s != f], cfg.embedding_model
+        )
     return out
 
 
