@@ -197,6 +197,15 @@ BENCHES: tuple[Bench, ...] = (
         check=targets.check_interactions, timeout_s=1800,
     ),
     Bench(
+        "families", "SAE families: best match for every feature of two 16k SAEs, blocked vs dense (issue 36)",
+        _m("bench.families_bench"), (), ("--quick",),
+        meaning="Two planted 16,384-feature SAEs (d_in 576; B = A permuted plus noise, a quarter of B replaced), 2 "
+        "torch threads, each mode in its own process: the dense cosine matrix + argmax (baseline, 1 GiB) vs the "
+        "blocked top-k (1024 rows a block) greedy best match, and the one-to-one Hungarian on the blocked top-32 "
+        "candidate graph. Targets (issue 36): seconds on 2 cores, memory bounded by the block, same matches.",
+        check=targets.check_families, timeout_s=1200,
+    ),
+    Bench(
         "embed", "Window embedding vs a plain batched SentenceTransformer.encode", _m("bench.embed_bench"),
         ("--windows", "2048", "--repeats", "3"), ("--windows", "256", "--repeats", "1"),
         meaning="Seconds to embed the 32-token crops of N windows of stdlib source with all-MiniLM-L6-v2: "

@@ -266,6 +266,24 @@ def check_interactions(e: Emitted) -> list[Verdict]:
     return out
 
 
+def check_families(e: Emitted) -> list[Verdict]:
+    """Issue 36: best match for every feature of two 16k SAEs on 2 cores in seconds, memory bounded by the block (the
+    blocked greedy run's RSS growth below the dense matrix's), the same matches as the dense argmax."""
+    greedy_s = _cell(e.tables, "seconds", "blocked top-k, greedy")
+    greedy_mib = number(_cell(e.tables, "RSS above start", "blocked top-k, greedy"))
+    dense_mib = number(_cell(e.tables, "RSS above start", "dense matrix"))
+    same = _cell(e.tables, "same best match", "blocked top-k, greedy")
+    out = [_report("blocked best match for every feature, s", greedy_s)]
+    if greedy_mib is None or dense_mib is None:
+        out.append(Verdict("blocked RSS growth below dense", MISSING_VALUE, "< dense", None))
+    else:
+        out.append(Verdict("blocked RSS growth below dense", f"{greedy_mib:,.0f} vs {dense_mib:,.0f} MiB", "< dense",
+                           greedy_mib < dense_mib))  # fmt: skip
+    out.append(_compare("blocked greedy = dense argmax (fraction)", same, "≥", 1.0))
+    out.append(_report("blocked Hungarian, s", _cell(e.tables, "seconds", "Hungarian")))
+    return out
+
+
 def check_embed(e: Emitted) -> list[Verdict]:
     """Issue 37: window embedding as fast as sentence-transformers' own batched encode of the same texts (< 1.05×)."""
     return [

@@ -276,9 +276,12 @@ def _peak_crop_embeddings(
     first = ["".join(r.tokens[: cfg.crop]) for r in records]
     fresh = [row for row, a, b in zip(moved, shown, first, strict=True) if a != b]
     if fresh:
-        out[fresh] = embed_texts(
-            [s for s, f in zip(shown, first, strict=True) if s != f], cfg.embedding_model
-        )
+        # Seconds of MiniLM per feature on a CPU: done with the file left free, or a job's store thread would keep
+        # every other process (`workbench sql`, the app) out for as long (issue 34).
+        with store.released():
+            out[fresh] = embed_texts(
+                [s for s, f in zip(shown, first, strict=True) if s != f], cfg.embedding_model
+            )
     return out
 
 
