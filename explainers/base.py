@@ -21,6 +21,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, TypeVar
 
+from sae_workbench import defaults
 from sae_workbench.errors import WorkbenchError
 from sae_workbench.examples.loading import load_records
 from sae_workbench.examples.records import Record
@@ -49,7 +50,7 @@ class ExplainConfig:
     default). The scorer scores the test third of the same split."""
     per_split: int = 10
     """Positives and negatives per third of the split (tree paper: 10 + 10 each of train/valid/test)."""
-    record_len: int | None = 32
+    record_len: int | None = defaults.RECORD_LEN
     """Tokens per record shown or simulated, around each peak (tree paper: 32); None = whole windows."""
     rule_cap: int = DEFAULT_RULE_CAP
     """Most rules per structured explanation (tree paper: 5)."""
@@ -61,9 +62,25 @@ class ExplainConfig:
     embedding_model: str = ""
     """Sentence-transformers model of an explainer that embeds texts (PRISM); '' = its preset's."""
 
+    split_config: SplitConfig | None = None
+    """The run's split (record length, negatives, seed, embedding crop, sizes), as the CLI built it; None: built
+    from the fields above. When given, it wins: `negatives`, `per_split`, `seed` and `record_len` are set from it."""
+
+    def __post_init__(self) -> None:
+        """Keep the flat fields and the nested split one configuration."""
+        cfg = self.split_config
+        if cfg is None:
+            cfg = SplitConfig(negatives=self.negatives, per_split=self.per_split, seed=self.seed,  # type: ignore[arg-type]
+                              embed_crop=self.record_len, record_length=self.record_len)  # fmt: skip
+            object.__setattr__(self, "split_config", cfg)
+        for name, value in (("negatives", cfg.negatives.value), ("per_split", cfg.per_split), ("seed", cfg.seed),
+                            ("record_len", cfg.record_length)):  # fmt: skip
+            object.__setattr__(self, name, value)
+
     def split(self) -> SplitConfig:
         """The split every explainer and scorer of this run shares."""
-        return SplitConfig(negatives=self.negatives, per_split=self.per_split, seed=self.seed)  # type: ignore[arg-type]
+        assert self.split_config is not None  # set in __post_init__
+        return self.split_config
 
 
 def no_method_options(config: ExplainConfig, name: str) -> None:

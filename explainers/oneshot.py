@@ -6,6 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar
 
+from sae_workbench import defaults
 from sae_workbench.examples.records import Record
 from sae_workbench.examples.rules import DEFAULT_RULE_CAP, Rule, parse_rules
 from sae_workbench.examples.testsets import SplitConfig, prepare_split
@@ -118,7 +119,7 @@ class OneShotExplainer:
     requires_llm: ClassVar[bool] = True
     split: SplitConfig = field(default_factory=SplitConfig)
     """The shared split."""
-    record_len: int | None = 32
+    record_len: int | None = defaults.RECORD_LEN
     """Tokens per record (tree paper: 32)."""
     rule_cap: int = DEFAULT_RULE_CAP
     """Most rules (tree paper: 5)."""

@@ -23,8 +23,8 @@ never switch on a scorer's name.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, Self
 
@@ -54,9 +54,10 @@ class ScoreConfig:
     scorer: str
     """A name in `evaluation.scorers.registry.SCORERS`: simulation, detection, fuzzing, embedding, cosy, polysemanticity
     (PRISM's, over stored descriptions) or complexity (an LLM rates each rule 0..5)."""
-    negatives: str = defaults.NEGATIVES
-    """RANDOM, RANDOM_NEGATIVE, SIMILAR or SIMILAR_NEGATIVE (tree paper default: SIMILAR_NEGATIVE). Unused by
-    scorers without test records."""
+    negatives: str | None = None
+    """RANDOM, RANDOM_NEGATIVE, SIMILAR or SIMILAR_NEGATIVE (tree paper default: SIMILAR_NEGATIVE); None: each
+    explanation's own (its recorded split), SIMILAR_NEGATIVE where it records none. Unused by scorers without test
+    records."""
     per_split: int = PER_SPLIT
     """Positives and negatives per third of the shared split; the test third is scored (tree paper: 10 + 10)."""
     seed: int = defaults.DEFAULT_SEED
@@ -66,19 +67,66 @@ class ScoreConfig:
     reference_size: int = 400
     """Highest-activating windows that define similarity for close negatives (tree paper: 400)."""
     record_length: int | None = None
-    """Crop records to this many tokens around their peak (None: whole windows; the tree paper uses 32)."""
+    """Crop records to this many tokens around their peak; None: each explanation's own record length (what its
+    author was shown; tree paper: 32); WHOLE_WINDOWS (0): whole windows."""
+    split_config: SplitConfig | None = None
+    """The run's split as the CLI built it (`cli.options.split_config`): its negatives and record length are the
+    told values when `negatives` / `record_length` are set, else the fallback for explanations that record no split.
+    None: built from the fields above."""
 
     def __post_init__(self) -> None:
         """Reject unknown negative sources with the valid choices (scorer names are checked by the registry)."""
-        if self.negatives not in NEGATIVE_SOURCES:
+        if self.negatives is not None and self.negatives not in NEGATIVE_SOURCES:
             raise ScoreConfigError(
                 f"unknown negative source {self.negatives!r}; choose one of {', '.join(NEGATIVE_SOURCES)}"
             )
+        if self.record_length is not None and self.record_length < 0:
+            raise ScoreConfigError(f"record length must be ≥ 0 (0 = whole windows), not {self.record_length}")
+        if self.split_config is None:
+            length = defaults.RECORD_LEN if self.record_length is None else self.record_length or None
+            cfg = SplitConfig(NegativeSource(self.negatives or defaults.NEGATIVES), self.per_split, self.seed,
+                              self.threshold, self.reference_size, embed_crop=length,
+                              record_length=length)  # fmt: skip
+            object.__setattr__(self, "split_config", cfg)
 
     def split(self) -> SplitConfig:
-        """The shared split the test records come from."""
-        return SplitConfig(NegativeSource(self.negatives), self.per_split, self.seed, self.threshold,
-                           self.reference_size)  # fmt: skip
+        """The run's own split (the fallback of `split_for`)."""
+        assert self.split_config is not None  # set in __post_init__
+        return self.split_config
+
+    def told(self) -> dict[str, object]:
+        """The split settings given for this run that override each explanation's own."""
+        out: dict[str, object] = {}
+        if self.negatives is not None:
+            out["negatives"] = self.negatives
+        if self.record_length is not None:
+            out["record_length"] = self.record_length or None
+        return out
+
+    def split_for(self, sampling: Mapping[str, Any]) -> SplitConfig:
+        """The split an explanation is scored on: its recorded split (`sampling["split"]`, record length from the
+        split or the explainer's `record_len`) with per_split, seed, threshold and reference size of this run, and
+        the negatives and record length of this run only where told (`told()`)."""
+        run = self.split()
+        own = sampling.get("split")
+        if isinstance(own, Mapping):
+            length = sampling.get("record_len", defaults.RECORD_LEN)
+            base = SplitConfig.from_params(own, record_length=length)  # type: ignore[arg-type]
+            cfg = replace(run, negatives=base.negatives, record_length=base.record_length,
+                          embedding_model=base.embedding_model, embed_crop=base.embed_crop)  # fmt: skip
+        else:
+            cfg = replace(run, record_length=sampling.get("record_len", run.record_length))  # type: ignore[arg-type]
+        told = self.told()
+        if "negatives" in told:
+            cfg = replace(cfg, negatives=NegativeSource(str(told["negatives"])),
+                          embedding_model=run.embedding_model, embed_crop=run.embed_crop)  # fmt: skip
+        if "record_length" in told:
+            cfg = replace(cfg, record_length=told["record_length"])  # type: ignore[arg-type]
+        return cfg
+
+
+WHOLE_WINDOWS = 0
+"""`ScoreConfig.record_length` (and `workbench score --record-length`) value that scores whole windows."""
 
 
 @dataclass(frozen=True)

@@ -43,7 +43,13 @@ from sae_workbench.evaluation.scorers.registry import SCORERS, make_scorer
 from sae_workbench.evaluation.scorers.results import ScoreJobResult
 from sae_workbench.evaluation.scorers.simulation import UnscorableExplanationError
 from sae_workbench.examples.loading import load_records
-from sae_workbench.examples.testsets import FeatureSplit, draw_split, prepare_split, scored_windows
+from sae_workbench.examples.testsets import (
+    FeatureSplit,
+    SplitConfig,
+    draw_split,
+    prepare_split,
+    scored_windows,
+)
 from sae_workbench.llm.cache import ResponseCache
 from sae_workbench.llm.config import LLMConfig
 from sae_workbench.llm.sync import blocking
@@ -103,15 +109,19 @@ def score_backends(
     return backends
 
 
-def score_key(explanation_id: int, config: ScoreConfig, scorer: Scorer) -> str:
+def score_key(
+    explanation_id: int, config: ScoreConfig, scorer: Scorer, split: SplitConfig | None = None
+) -> str:
     """Unique key of (explanation, scorer + version, backend, prompt, its parameters, and the test-set settings it
-    uses)."""
+    uses: `split`, the explanation's as `ScoreConfig.split_for` resolves it; default: the run's own)."""
     payload: dict[str, Any] = {
         "explanation_id": int(explanation_id), "scorer": scorer.name, "scorer_version": scorer.version,
         "backend": scorer.backend(), "prompt_version": scorer.prompt_version(), "params": scorer.key_params(),
     }  # fmt: skip
     if scorer.uses_test_set:
-        payload["tests"] = {**asdict(config), "scorer": None}
+        cfg = split or config.split()
+        payload["tests"] = {**asdict(config), "scorer": None, "split_config": None,
+                            "negatives": cfg.negatives.value, "record_length": cfg.record_length}  # fmt: skip
         if not scorer.uses_negatives:
             payload["tests"]["negatives"] = ""
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
@@ -132,22 +142,26 @@ class TestSetBuilder:
         self.store, self.sae_id, self.config = store, sae_id, config
         self.corpus = progress.corpus
         self.split_config = config.split()
-        self._splits: dict[int, FeatureSplit] = {}
+        self._splits: dict[tuple[int, SplitConfig], FeatureSplit] = {}
 
-    def split(self, feature: int) -> FeatureSplit:
-        """The feature's split (drawn on first use; the negative sample is stored and reused)."""
-        if feature not in self._splits:
+    def split(self, feature: int, config: SplitConfig | None = None) -> FeatureSplit:
+        """The feature's split under `config` (default: the run's; drawn on first use; the negative sample is stored
+        and reused)."""
+        cfg = config or self.split_config
+        if (feature, cfg) not in self._splits:
             with self.store.session():  # one connection for the feature's reads (short: no LLM call inside)
-                self._splits[feature] = draw_split(self.store, self.sae_id, feature, self.split_config)
-        return self._splits[feature]
+                self._splits[feature, cfg] = draw_split(self.store, self.sae_id, feature, cfg)
+        return self._splits[feature, cfg]
 
     def build(self, explanation: ExplanationRecord) -> TestRecords:
-        """Test records of one explanation: its feature's test third minus any window it was shown."""
-        split = self.split(explanation.feature)
+        """Test records of one explanation: its feature's test third (under the explanation's own split unless the
+        run was told otherwise) minus any window it was shown."""
+        cfg = self.config.split_for(explanation.sampling)
+        split = self.split(explanation.feature, cfg)
         shown = set(explanation.example_ids) | set(explanation.negative_ids)
         test = scored_windows(split, shown)
         seen = len(shown & set(split.test.ids))
-        length = self.config.record_length
+        length = cfg.record_length
         with self.store.session():
             positives = load_records(
                 self.store, self.sae_id, self.corpus, split.feature, test.positives, length
@@ -156,7 +170,7 @@ class TestSetBuilder:
                 self.store, self.sae_id, self.corpus, split.feature, test.negatives, length
             )
         provenance: dict[str, Any] = {
-            **split.provenance(), "negative_source": self.config.negatives, "positive_ids": list(test.positives),
+            **split.provenance(), "negative_source": cfg.negatives.value, "positive_ids": list(test.positives),
             "negative_ids": list(test.negatives), "test_windows_seen": seen,
         }  # fmt: skip
         return TestRecords(positives, negatives, provenance)
@@ -209,10 +223,12 @@ def usage_delta(before: Mapping[str, Any], after: Mapping[str, Any]) -> dict[str
 class ScoreTally:
     """A run's outcome counts and the stored row of each outcome: one place for the local loop and the Ray driver."""
 
-    def __init__(self, scorer: Scorer, negatives: str) -> None:
-        """Rows of `scorer`; `negatives` is recorded only for a scorer that uses negatives."""
+    def __init__(self, scorer: Scorer, negatives: str | None) -> None:
+        """Rows of `scorer`; the negative source is recorded only for a scorer that uses negatives: `negatives`, or
+        each score's own (its test records' `negative_source`) when None."""
         self.scorer = scorer
-        self.source = negatives if scorer.uses_negatives else ""
+        self.uses_negatives = scorer.uses_negatives
+        self.source = (negatives or "") if scorer.uses_negatives else ""
         self.counts = {"scored": 0, "failed": 0, "dead": 0}
 
     def record(
@@ -223,7 +239,8 @@ class ScoreTally:
         self.counts["scored" if status is Status.OK else "dead" if status is Status.DEAD else "failed"] += 1
         return ScoreRecord(
             explanation_id=int(expl.id or 0), scorer=self.scorer.name, scorer_version=self.scorer.version,
-            negative_source=self.source, metrics=outcome.stored(), provenance=provenance,
+            negative_source=str(provenance.get("negative_source") or self.source) if self.uses_negatives else "",
+            metrics=outcome.stored(), provenance=provenance,
             status=status, score_key=provenance["score_key"],
         )  # fmt: skip
 
@@ -267,13 +284,16 @@ def plan_scoring(
     ]  # fmt: skip
     wanted = None if features is None else {int(f) for f in features}
     todo = [e for e in rows if wanted is None or e.feature in wanted]
-    keys = {int(e.id or 0): score_key(int(e.id or 0), config, scorer) for e in todo}
+    keys = {
+        int(e.id or 0): score_key(int(e.id or 0), config, scorer, config.split_for(e.sampling)) for e in todo
+    }
     done = store.score_keys(sae_id, scorer.name)
     pending = [e for e in todo if keys[int(e.id or 0)] not in done]
     builder = None
     if scorer.uses_test_set and any(e.status is not Status.DEAD for e in pending):
         builder = TestSetBuilder(store, sae_id, config)
-        prepare_split(store, sae_id, builder.split_config)
+        for cfg in {config.split_for(e.sampling) for e in pending if e.status is not Status.DEAD}:
+            prepare_split(store, sae_id, cfg)
     return ScorePlan(rows, keys, pending, len(todo) - len(pending), builder)
 
 
@@ -290,7 +310,9 @@ def tests_of(
     expl: ExplanationRecord, builder: TestSetBuilder | None, provenance: dict[str, Any]
 ) -> TestRecords | ScoreOutcome | None:
     """An explanation's test records (their provenance added to `provenance`), or the outcome recorded without
-    scoring (a dead feature, no positive test record); None for a scorer without test records."""
+    scoring (a dead feature, no positive test record); None for a scorer without test records. Every score's
+    provenance gets `record_length` (the tokens per test record; None for a scorer without test records)."""
+    provenance.setdefault("record_length", None)
     if expl.status is Status.DEAD:
         return ScoreOutcome.failed(Status.DEAD, reason=str(expl.extra.get("reason", "dead feature")))
     if builder is None:

@@ -7,6 +7,7 @@ import math
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from sae_workbench import defaults
 from sae_workbench.examples.rules import rules_to_text
 from sae_workbench.examples.testsets import FeatureSplit, SplitConfig, Third, prepare_split
 from sae_workbench.explainers.base import (
@@ -49,7 +50,7 @@ class TreeExplainer:
     requires_llm: ClassVar[bool] = False
     split: SplitConfig = field(default_factory=SplitConfig)
     """The shared split."""
-    record_len: int | None = 32
+    record_len: int | None = defaults.RECORD_LEN
     """Tokens per record (tree paper: 32)."""
     search: TreeConfig = field(default_factory=TreeConfig)
     """Search settings (rule cap included)."""

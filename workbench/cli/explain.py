@@ -70,10 +70,8 @@ def explain(
         typer.echo(status.notice, err=True)
     st = Store.open(store)
     sae_row = st.get_sae(sae)
-    config = ExplainConfig(
-        name, negatives=negatives, seed=seed, rule_cap=rule_cap, record_len=record_len, preset=preset,
-        embedding_model=embedding_model,
-    )  # fmt: skip
+    split = options.split_config(negatives, seed, record_len)  # the one split config, recorded with each explanation
+    config = ExplainConfig(name, split_config=split, rule_cap=rule_cap, preset=preset, embedding_model=embedding_model)
     remote = None
     if backend == "ray":
         from sae_workbench.explainers.ray_backend import RayExplainBackend

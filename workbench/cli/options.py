@@ -44,6 +44,9 @@ from sae_workbench.cli.llm_options import ApiKeyEnv as ApiKeyEnv
 from sae_workbench.cli.llm_options import Concurrency as Concurrency
 from sae_workbench.cli.llm_options import LlmBaseUrl as LlmBaseUrl
 from sae_workbench.cli.llm_options import LlmModel as LlmModel
+from sae_workbench.cli.split_options import ScoreNegatives as ScoreNegatives
+from sae_workbench.cli.split_options import ScoreRecordLen as ScoreRecordLen
+from sae_workbench.cli.split_options import split_config as split_config
 from sae_workbench.features import FeatureSpecError as FeatureSpecError  # re-exported
 from sae_workbench.features import parse_features as parse_features  # re-exported
 
@@ -196,8 +199,10 @@ Preset = Annotated[
         help="Method settings: 'default', or 'paper' (the reference code's values). explain: tree = depth 2, width "
         "2, roots at temperature 1.0 with 5 few-shot examples, train positives only, train/valid scored on 0..5 "
         "values, stop rule after pruning (default: depth 3, width 3); prism = p99, 1000 texts, k 5, "
-        "gte-Qwen2-1.5B-instruct embeddings, seed 42. score: cosy = 512-word texts, 1000 control texts, cut at 512 "
-        "tokens (default: short texts, 200 control texts, cut at 128). Recorded with each explanation and score.",
+        "gte-Qwen2-1.5B-instruct embeddings, seed 42. score: simulation, detection, fuzzing, embedding = 32-token "
+        "records (tree paper) whatever record length the explanation was made at, 10 + 10 test records (default: "
+        "each explanation's own record length); cosy = 512-word texts, 1000 control texts, cut at 512 tokens "
+        "(default: short texts, 200 control texts, cut at 128). Recorded with each explanation and score.",
     ),
 ]
 EmbeddingModel = Annotated[

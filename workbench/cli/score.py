@@ -44,7 +44,7 @@ def score(
         help="simulation, detection, fuzzing, embedding, cosy, polysemanticity (PRISM explanations) or complexity "
         "(an LLM rates each rule 0..5; needs --llm-model).",
     ),
-    negatives: options.Negatives = defaults.NEGATIVES,
+    negatives: options.ScoreNegatives = None,
     explainer: options.ExplainerFilter = None,
     features: options.Features = "all",
     per_split: int = typer.Option(
@@ -52,7 +52,7 @@ def score(
         help="Positives and negatives per third of the feature's split; the test third is scored (tree paper: 10).",
     ),
     seed: options.Seed = defaults.DEFAULT_SEED,
-    record_length: int | None = typer.Option(None, help="Crop records to this many tokens (paper: 32)."),
+    record_len: options.ScoreRecordLen = None,
     llm_model: options.LlmModel = None,
     llm_base_url: options.LlmBaseUrl = None,
     api_key_env: options.ApiKeyEnv = defaults.LLM_API_KEY_ENV,
@@ -84,10 +84,19 @@ def score(
     from sae_workbench.store import Store
 
     check_llm_backend(backend, llm_qps)
-    config = ScoreConfig(
-        scorer=scorer, negatives=negatives, per_split=per_split, seed=seed, record_length=record_length
-    )
+    if preset == "paper" and record_len is None:
+        record_len = defaults.RECORD_LEN  # tree paper: every record is 32 tokens, whatever the explanation saw
+    length = defaults.RECORD_LEN if record_len is None else record_len
+    split = options.split_config(negatives, seed, length, per_split)
+    config = ScoreConfig(scorer=scorer, negatives=negatives, per_split=per_split, seed=seed,
+                         record_length=record_len, split_config=split)  # fmt: skip
     method = scorer_class(scorer)  # an unknown name fails here, before the store opens
+    told = config.told() if method.uses_test_set else {}
+    if told:
+        said = ", ".join(
+            f"{k.replace('_', ' ')} {'whole windows' if v is None else v}" for k, v in told.items()
+        )
+        typer.echo(f"told otherwise: scoring with {said} instead of each explanation's own", err=True)
     if backend == "ray" and method.local_only:
         raise ScoreConfigError(f"--scorer {scorer} {method.local_only}: use --backend local")
     step = loaders.step_lines(progress)

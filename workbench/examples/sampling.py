@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 from tqdm.auto import tqdm
 
+from sae_workbench import defaults
 from sae_workbench.embeddings import DEFAULT_EMBEDDING_MODEL, embed_texts
 from sae_workbench.errors import WorkbenchError
 from sae_workbench.examples.loading import load_records
@@ -46,8 +47,8 @@ log = logging.getLogger(__name__)
 # Paper constants (Ma et al. 2025, §close negatives): 400 reference windows, 30 negatives split 10/10/10.
 REFERENCE_SIZE = 400
 CLOSE_NEGATIVES = 30
-# Tree paper: records (and the texts embedded for similarity) are 32 tokens.
-EMBED_CROP = 32
+# Tree paper: records (and the texts embedded for similarity) are 32 tokens (the one literal: defaults.RECORD_LEN).
+EMBED_CROP = defaults.RECORD_LEN
 
 
 class NegativeSource(StrEnum):

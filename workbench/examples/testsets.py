@@ -21,11 +21,13 @@ tops the test third up from the spares, so a scored test window is never one the
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from sae_workbench import defaults
 from sae_workbench.embeddings import DEFAULT_EMBEDDING_MODEL
 from sae_workbench.examples.sampling import (
     EMBED_CROP,
@@ -43,7 +45,7 @@ from sae_workbench.store import NotIndexedError, Sample, Store
 TOP_FRACTION = 0.001
 MIN_CHUNK = 30
 # Tree paper: 30 positives and 30 negatives, 10/10/10.
-PER_SPLIT = 10
+PER_SPLIT = defaults.PER_SPLIT
 
 
 def top_chunk_size(n_windows: int, fraction: float = TOP_FRACTION, minimum: int = MIN_CHUNK) -> int:
@@ -59,7 +61,10 @@ def deal(ids: Sequence[int]) -> tuple[list[int], list[int], list[int]]:
 
 @dataclass(frozen=True)
 class SplitConfig:
-    """How a feature's split is drawn; explainers and scorers that share it share their windows' roles."""
+    """How a feature's split is drawn and what its records show; explainers and scorers that share it share their
+    windows' roles. The CLI builds one (`cli.options.split_config`) and nests it in the explain and the score
+    configuration; an explanation records it (`params()` in its sampling) and `score` reads it back from there
+    (`from_params`) unless told otherwise."""
 
     negatives: NegativeSource = NegativeSource.SIMILAR_NEGATIVE
     """Source of the negatives (tree paper default: SIMILAR_NEGATIVE)."""
@@ -77,6 +82,8 @@ class SplitConfig:
     """Record length the SIMILAR negatives' similarity is measured on: each window's first `embed_crop` tokens and
     the reference windows' crops around the peak, i.e. what explainers and scorers show and simulate (tree paper:
     32; None: whole windows). Explainers and scorers that share a split share this."""
+    record_length: int | None = defaults.RECORD_LEN
+    """Tokens per record shown, simulated and scored, around each peak (tree paper: 32; None: whole windows)."""
 
     def __post_init__(self) -> None:
         """Accept the source by name too."""
@@ -88,7 +95,25 @@ class SplitConfig:
                 "threshold": self.threshold, "reference_size": self.reference_size,
                 "embedding_model": self.embedding_model if self.similar else "",
                 **({"embed_crop": self.embed_crop} if self.similar else {}),
-                "top_fraction": TOP_FRACTION, "min_chunk": MIN_CHUNK}  # fmt: skip
+                "top_fraction": TOP_FRACTION, "min_chunk": MIN_CHUNK,
+                "record_length": self.record_length}  # fmt: skip
+
+    @classmethod
+    def from_params(
+        cls, params: Mapping[str, Any], record_length: int | None = defaults.RECORD_LEN
+    ) -> SplitConfig:
+        """The config `params()` recorded (an explanation's `sampling["split"]`); `record_length` where the record
+        predates the field (the explainer's own `record_len` then)."""
+        return cls(
+            negatives=NegativeSource(str(params.get("negatives", defaults.NEGATIVES))),
+            per_split=int(params.get("per_split", PER_SPLIT)),  # type: ignore[call-overload]
+            seed=int(params.get("seed", defaults.DEFAULT_SEED)),  # type: ignore[call-overload]
+            threshold=float(params.get("threshold", 0.0)),  # type: ignore[arg-type]
+            reference_size=int(params.get("reference_size", 400)),  # type: ignore[call-overload]
+            embedding_model=str(params.get("embedding_model") or DEFAULT_EMBEDDING_MODEL),
+            embed_crop=params.get("embed_crop", EMBED_CROP),  # type: ignore[arg-type]
+            record_length=params.get("record_length", record_length),  # type: ignore[arg-type]
+        )
 
     @property
     def similar(self) -> bool:
