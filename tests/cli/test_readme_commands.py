@@ -4,7 +4,7 @@ Command lines come from the README's fenced code blocks (backslash continuations
 its inline code spans that start with `workbench `. They are checked against the CLI's own click command tree (what
 `--help` prints), never run: the subcommand path must resolve, every `--flag` must be one of the command's options
 (or its `--no-` form), and a code-block line must parse as the command would parse it (values of the right type and
-choice, no stray arguments); only a required option the example leaves out is tolerated.
+choice, no stray arguments); only a line with `...` may leave out a required option.
 """
 
 from __future__ import annotations
@@ -158,8 +158,10 @@ def test_readme_command_is_accepted(shown: ReadmeCommand) -> None:
     args = [w for w in rest if w not in ELLIPSES]
     try:
         command.make_context(name, args)
-    except click_errors.MissingParameter:
-        pass  # an example may leave out a required option (the README's `...`)
+    except click_errors.MissingParameter as err:
+        # Only an example that says it leaves options out (the README's `...`) may miss a required one.
+        if not ELLIPSES & set(rest):
+            pytest.fail(f"README line {shown.line}: `{shown.text}` misses {err.format_message()}")
     except click_errors.UsageError as err:
         pytest.fail(f"README line {shown.line}: `{shown.text}` does not parse: {err.format_message()}")
 
