@@ -15,6 +15,7 @@ import scipy.sparse as sp
 from sae_lens import SAE
 from transformer_lens import HookedTransformer
 
+from sae_workbench.faults import fail_point
 from sae_workbench.sae.index_request import IndexConfig
 from sae_workbench.sae.vocab import vocab_strings
 from sae_workbench.store import Store
@@ -156,10 +157,18 @@ def compute_feature_stats(
     `cooc_sample` (window_end, n_windows, n_rows, total_windows, total_rows; absent when every row was used) and
     logged as a warning.
     """
+    store.compute_activation_stats(sae_id)
+    compute_feature_neighbours(store, sae_id, sae, model, config)
+
+
+def compute_feature_neighbours(
+    store: Store, sae_id: str, sae: SAE[Any], model: HookedTransformer, config: IndexConfig | None = None
+) -> None:
+    """The `neighbours` step of `compute_feature_stats`: logit-lens tokens, decoder-cosine and co-occurrence
+    neighbours of every feature, written (with the step's completion record) in one transaction."""
     cfg = config or IndexConfig()
     progress = store.index_progress(sae_id)
     assert progress is not None
-    store.compute_activation_stats(sae_id)
     W_dec_FD = sae.W_dec.detach().float().cpu().numpy()
     W_U_DV = model.W_U.detach().float().cpu().numpy()
     strings_V = vocab_strings(model.tokenizer)
@@ -182,4 +191,7 @@ def compute_feature_stats(
             "cooc_jaccard": pa.array(cooc_vals, f32),
         }
     )
-    store.put_feature_neighbours(sae_id, table)
+    fail_point("index-neighbours")  # computed, not written: a kill here leaves the step to the rerun
+    store.put_feature_neighbours(
+        sae_id, table, {"n_logit_tokens": cfg.n_logit_tokens, "n_neighbours": cfg.n_neighbours}
+    )

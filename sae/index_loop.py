@@ -21,12 +21,13 @@ from sae_lens import SAE
 from tqdm.auto import tqdm
 from transformer_lens import HookedTransformer
 
-from sae_workbench.corpus import MaskPolicy, WindowBatch, default_bos_id, iter_windows
+from sae_workbench.corpus import CorpusError, MaskPolicy, WindowBatch, default_bos_id, iter_windows
 from sae_workbench.errors import WorkbenchError
+from sae_workbench.faults import fail_point
 from sae_workbench.models import check_context_size, forward_to_hooks, validate_hooks
 from sae_workbench.progress import bars_enabled
-from sae_workbench.sae.feature_stats import compute_feature_stats
-from sae_workbench.sae.index_request import IndexConfig, IndexRequest, IndexResult
+from sae_workbench.sae.feature_stats import compute_feature_neighbours
+from sae_workbench.sae.index_request import IndexArgumentError, IndexConfig, IndexRequest, IndexResult
 from sae_workbench.sae.vocab import vocab_strings
 from sae_workbench.store import IndexProgress, Store
 
@@ -112,6 +113,24 @@ def window_rows(batches: list[WindowBatch], strings_V: np.ndarray) -> dict[str, 
 
 def start_indexing(store: Store, request: IndexRequest) -> tuple[str, IndexProgress, dict[str, Any]]:
     """Check the SAE against the model, register it and begin (or resume) its index: (sae_id, progress, run config)."""
+    sae_id, run_config = index_identity(request)
+    return sae_id, register_index(store, request, sae_id, run_config), run_config
+
+
+def register_index(
+    store: Store, request: IndexRequest, sae_id: str, run_config: dict[str, Any]
+) -> IndexProgress:
+    """Register the SAE and begin (or resume: IndexConfigError for other settings) its index run."""
+    sae, sae_path = request.sae, request.sae_path
+    name = request.model_name or request.model.cfg.model_name
+    sae_cfg = {**sae.cfg.to_dict(), **({"path": sae_path} if sae_path else {})}
+    store.register_sae(sae_id, name, request.hook, sae.cfg.d_in, sae.cfg.d_sae, sae_cfg, request.sae_metrics)
+    cfg = request.config
+    return store.start_index(sae_id, request.corpus.name, cfg.context_size, cfg.top_k, run_config)
+
+
+def index_identity(request: IndexRequest) -> tuple[str, dict[str, Any]]:
+    """Check the SAE against the model and the request's arguments; its id and run config (nothing written)."""
     from sae_workbench.sae.io import sae_id_of
 
     model, sae, hook, corpus, cfg = request.model, request.sae, request.hook, request.corpus, request.config
@@ -119,9 +138,11 @@ def start_indexing(store: Store, request: IndexRequest) -> tuple[str, IndexProgr
     name = request.model_name or model.cfg.model_name
     check_sae_hook(sae, model, hook)
     check_context_size(model, cfg.context_size)
+    if request.n_tokens < cfg.context_size:
+        raise IndexArgumentError(
+            f"n_tokens {request.n_tokens} is less than one window of {cfg.context_size} tokens; nothing to index."
+        )
     sae_id = sae_id_of(sae, name, hook, sae_path)
-    sae_cfg = {**sae.cfg.to_dict(), **({"path": sae_path} if sae_path else {})}
-    store.register_sae(sae_id, name, hook, sae.cfg.d_in, sae.cfg.d_sae, sae_cfg, request.sae_metrics)
     run_config = {
         "model": name,
         "hook": hook,
@@ -130,8 +151,7 @@ def start_indexing(store: Store, request: IndexRequest) -> tuple[str, IndexProgr
         "mask_policy": (mask_policy or MaskPolicy()).to_dict(),
         **dataclasses.asdict(cfg),
     }
-    progress = store.start_index(sae_id, corpus.name, cfg.context_size, cfg.top_k, run_config)
-    return sae_id, progress, run_config
+    return sae_id, run_config
 
 
 def index_sae(store: Store, request: IndexRequest) -> IndexResult:
@@ -139,25 +159,30 @@ def index_sae(store: Store, request: IndexRequest) -> IndexResult:
     run), then finalize the rows and compute the feature statistics."""
     model, sae, hook, corpus, cfg = request.model, request.sae, request.hook, request.corpus, request.config
     mask_policy = request.mask_policy
-    sae_id, progress, run_config = start_indexing(store, request)
-    ahead = [r for r in store.index_ranges(sae_id) if r.start > progress.next_window]
+    sae_id, run_config = index_identity(request)
+    # A new SAE is registered only with its first committed batch: a corpus that yields no window (whitespace only)
+    # or a batch that fails (non-finite values) leaves the store as it was.
+    started = store.index_progress(sae_id) is not None
+    progress = register_index(store, request, sae_id, run_config) if started else None
+    next_window = 0 if progress is None else progress.next_window
+    ahead = [r for r in store.index_ranges(sae_id) if r.start > next_window]
     if (
         ahead
     ):  # a Ray run committed ranges past a gap; indexing on from next_window here would store them twice
         raise WorkbenchError(
-            f"SAE {sae_id} has window ranges committed by a Ray run past window {progress.next_window} "
+            f"SAE {sae_id} has window ranges committed by a Ray run past window {next_window} "
             f"(first at {ahead[0].start}); finish it with `workbench index --backend ray`."
         )
     tokenizer = model.tokenizer
     bos_id = int(run_config["bos_id"])
     target_windows = request.n_tokens // cfg.context_size
-    started = time.perf_counter()
+    t_start = time.perf_counter()
     new_windows = new_rows = 0
-    if progress.next_window < target_windows:
+    if next_window < target_windows:
         strings_V = vocab_strings(tokenizer)
         bar = tqdm(
             total=target_windows * cfg.context_size,
-            initial=progress.next_window * cfg.context_size,
+            initial=next_window * cfg.context_size,
             unit="tok",
             unit_scale=True,
             desc=f"index {sae_id[:8]}",
@@ -167,13 +192,17 @@ def index_sae(store: Store, request: IndexRequest) -> IndexResult:
         pending_acts: list[pa.Table] = []
 
         def commit() -> None:
-            nonlocal new_windows, new_rows
+            nonlocal new_windows, new_rows, started
             acts = pa.concat_tables(pending_acts)
+            if not started:
+                register_index(store, request, sae_id, run_config)
+                started = True
             next_window = int(pending[-1].window_ids[-1]) + 1
             counted = int(sum(b.mask_BT.sum() for b in pending))
             store.add_index_batch(
                 sae_id, corpus.name, window_rows(pending, strings_V), acts, next_window, counted
             )
+            fail_point("index-batch-committed")
             new_windows += sum(len(b.window_ids) for b in pending)
             new_rows += acts.num_rows
             pending.clear()
@@ -186,7 +215,7 @@ def index_sae(store: Store, request: IndexRequest) -> IndexResult:
             bos_id=bos_id,
             n_tokens=target_windows * cfg.context_size,
             batch_size=cfg.batch_size,
-            start_window=progress.next_window,
+            start_window=next_window,
             mask_policy=mask_policy,
         ):
             pending.append(batch)
@@ -197,7 +226,11 @@ def index_sae(store: Store, request: IndexRequest) -> IndexResult:
         if pending:
             commit()
         bar.close()
-    seconds = time.perf_counter() - started
+    seconds = time.perf_counter() - t_start
+    if not started:
+        raise CorpusError(
+            f"corpus {corpus.name!r} yields no window of {cfg.context_size} tokens; nothing was stored."
+        )
     finish_index(store, sae_id, sae, model, cfg)
     result = IndexResult(sae_id, new_windows, new_windows * cfg.context_size, new_rows, seconds)
     log.info(
@@ -209,10 +242,19 @@ def index_sae(store: Store, request: IndexRequest) -> IndexResult:
 def finish_index(
     store: Store, sae_id: str, sae: SAE[Any], model: HookedTransformer, cfg: IndexConfig
 ) -> None:
-    """Sort the staged rows into the query table and compute feature statistics, unless already finalized."""
+    """Sort the staged rows into the query table (unless finalized), then run each post-index step (statistics,
+    neighbours) that has no completion record in `index_steps`: a kill at any point leaves the rerun exactly what
+    is missing (new rows clear the records, so an extended index recomputes them)."""
     progress = store.index_progress(sae_id)
     assert progress is not None
     if not progress.finalized:
         store.finalize_index(sae_id)
-        if cfg.compute_stats:
-            compute_feature_stats(store, sae_id, sae, model, cfg)
+        fail_point("index-finalized")
+    if not cfg.compute_stats:
+        return
+    done = store.index_steps(sae_id)
+    if "statistics" not in done:
+        store.compute_activation_stats(sae_id)  # writes its completion record in the same transaction
+        fail_point("index-statistics")
+    if "neighbours" not in done:
+        compute_feature_neighbours(store, sae_id, sae, model, cfg)

@@ -14,6 +14,10 @@ from sae_workbench.corpus import Corpus, MaskPolicy
 from sae_workbench.errors import WorkbenchError
 
 
+class IndexArgumentError(WorkbenchError, ValueError):
+    """An index setting or request that cannot work (no window to index, a batch of no windows)."""
+
+
 class CooccurrenceBudgetError(WorkbenchError, ValueError):
     """IndexConfig.cooc_max_rows is not a positive number of rows."""
 
@@ -43,10 +47,21 @@ class IndexConfig:
     at the default; time 10-30 s of one core per 1M rows."""
 
     def __post_init__(self) -> None:
+        """Refuse impossible settings before any work (typed errors; the CLI exits 2)."""
         if self.cooc_max_rows < 1:
             raise CooccurrenceBudgetError(
                 f"cooc_max_rows must be >= 1 (rows read for the co-occurrence neighbours), got {self.cooc_max_rows}."
             )
+        for name, value, least in (
+            ("context_size", self.context_size, 2),
+            ("batch_size", self.batch_size, 1),
+            ("commit_tokens", self.commit_tokens, 1),
+            ("top_k", 1 if self.top_k is None else self.top_k, 1),
+            ("n_logit_tokens", self.n_logit_tokens, 1),
+            ("n_neighbours", self.n_neighbours, 1),
+        ):
+            if value < least:
+                raise IndexArgumentError(f"IndexConfig.{name} must be >= {least}, got {value}.")
 
 
 @dataclass(frozen=True, eq=False)

@@ -7,7 +7,10 @@ marker and go on. Unset, `fail_point` costs one environment lookup.
 Points: `index-range-<start>` (an Indexer actor, before range [start, ...) is computed), `index-range-staged-<start>`
 (the same, after that range's windows staging file is written and before its activations file),
 `index-reduce-commit` (the index driver, after recording one reduced bucket), `train.checkpoint`, `llm.gate`,
-`score.commit`.
+`score.commit`; the steps of `workbench index` (sae/index_loop.py, sae/feature_stats.py): `index-batch-committed`
+(after a batch of windows and activation rows is committed), `index-finalized` (after the staged rows are moved to
+the query table), `index-statistics` (after the statistics step's transaction), `index-neighbours` (the neighbours
+computed, not yet written).
 """
 
 from __future__ import annotations

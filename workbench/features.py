@@ -26,6 +26,10 @@ def parse_features(spec: str, d_sae: int) -> list[int]:
                 lo, hi = (int(x) for x in part.split("-", 1))
                 if hi < lo:
                     raise ValueError(part)
+                if lo < 0 or hi >= d_sae:  # checked before the range is built: 0-100000000 must not allocate
+                    raise FeatureSpecError(
+                        f"features {part} reach outside 0..{d_sae - 1} for this SAE (d_sae={d_sae})"
+                    )
                 out.update(range(lo, hi + 1))
             else:
                 out.add(int(part))

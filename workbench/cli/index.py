@@ -25,11 +25,13 @@ def index(
     model: options.SaeModel = None,
     hook: options.SaeHook = None,
     corpus: options.Corpus = defaults.DEFAULT_CORPUS,
-    tokens: int = typer.Option(defaults.INDEX_TOKENS, help="Tokens to index (whole windows, BOS included)."),
+    tokens: int = typer.Option(
+        defaults.INDEX_TOKENS, min=1, help="Tokens to index (whole windows, BOS included)."
+    ),
     context_size: options.ContextSize = defaults.CONTEXT_SIZE,
     batch_size: options.ForwardBatch = defaults.FORWARD_BATCH_WINDOWS,
     top_k: int | None = typer.Option(
-        None, help="Keep only the k largest activations per token (default: all)."
+        None, min=1, help="Keep only the k largest activations per token (default: all)."
     ),
     device: options.Device = defaults.DEFAULT_DEVICE,
     force_model: options.ForceModel = False,
@@ -47,8 +49,16 @@ def index(
 ) -> None:
     """Run the model + SAE over a corpus and store sparse activations, windows and per-feature statistics."""
     from sae_workbench.raycluster import check_backend
+    from sae_workbench.sae.index_request import IndexArgumentError
+    from sae_workbench.store.connection import require_writable
 
     check_backend(backend)
+    # Bad arguments are refused before the SAE, the model or the store is touched (exit 2).
+    if tokens < context_size:
+        raise IndexArgumentError(
+            f"--tokens {tokens} is less than one window of --context-size {context_size}; nothing would be indexed."
+        )
+    require_writable(Path(store))
     step = loaders.step_lines(progress)
     step(f"loading SAE {sae}")
     from sae_workbench.corpus import resolve_corpus

@@ -34,7 +34,12 @@ from pathlib import Path
 
 import duckdb
 
-from sae_workbench.store.errors import StoreBusyError, StoreCorruptError, StoreNotFoundError
+from sae_workbench.store.errors import (
+    StoreBusyError,
+    StoreCorruptError,
+    StoreNotFoundError,
+    StoreNotWritableError,
+)
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +83,25 @@ WAIT_NOTICE_S = 10.0
 WAITING_FRESH_S = 2.0
 """A waiting announcement (see `announce_waiting`) older than this is stale: its process got in or gave up (2 s:
 filesystems with one-second timestamps must still see a fresh touch as fresh)."""
+
+
+def require_writable(path: Path) -> None:
+    """StoreNotWritableError unless this process can write the store file at `path` (or create it: the nearest
+    existing folder above it is writable). A check of permissions only, before any work."""
+    path = Path(path).expanduser()
+    if path.exists():
+        if path.is_dir() or not os.access(path, os.W_OK):
+            raise StoreNotWritableError(f"cannot write the store {path}; pass a writable --store file.")
+        folder = path.parent
+    else:
+        folder = path.parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+    if not folder.is_dir() or not os.access(folder, os.W_OK | os.X_OK):
+        raise StoreNotWritableError(
+            f"cannot create or write the store {path}: the folder {folder} is not writable (DuckDB also writes "
+            f"{path.name}.wal beside it); pass a --store in a writable folder."
+        )
 
 
 def waiting_marker(path: Path) -> Path:

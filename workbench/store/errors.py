@@ -62,3 +62,7 @@ class PartitionFileError(WorkbenchError):
 
     Deliberately not a StoreError: callers that catch StoreError to skip an absent window or feature must not turn
     a damaged store into an empty answer (the app showed "No activating windows" for a live feature)."""
+
+
+class StoreNotWritableError(StoreError):
+    """A writer's store file, or the folder it would be created in, cannot be written by this process."""

@@ -17,7 +17,7 @@ from pathlib import Path
 from sae_workbench.store.activations import Activations
 from sae_workbench.store.attributions import Attributions
 from sae_workbench.store.base import Session, StoreBase
-from sae_workbench.store.connection import READER_BUSY_TIMEOUT_S, WRITER_BUSY_TIMEOUT_S
+from sae_workbench.store.connection import READER_BUSY_TIMEOUT_S, WRITER_BUSY_TIMEOUT_S, require_writable
 from sae_workbench.store.errors import IndexConfigError, SchemaVersionError
 from sae_workbench.store.explanations import Explanations
 from sae_workbench.store.families import Families
@@ -69,6 +69,7 @@ class Store(
             busy_timeout_s = READER_BUSY_TIMEOUT_S if read_only else WRITER_BUSY_TIMEOUT_S
         store = cls(Path(path), read_only, busy_timeout_s)
         if not read_only:
+            require_writable(store.path)
             store.path.parent.mkdir(parents=True, exist_ok=True)
         with store._conn() as conn:
             version = schema_version_of(conn)
