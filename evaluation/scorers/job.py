@@ -13,6 +13,10 @@ negative source than the explainer's) is replaced from the split's spares; `test
 test windows that was. Every score records its key, the negative source, the test window ids, the split's seed and
 negative sample, the judging component, the prompt version and the LLM usage.
 
+Labels follow activations (the tree paper's reference code labels a record by whether the feature fires on it): a
+drawn negative whose record fires (possible under RANDOM and SIMILAR, which draw from every window) is scored as a
+positive; `negatives_fired` (metric and provenance) counts them and the report shows their mean.
+
 Explanations already scored under the same key are skipped (resumable; the store refuses a duplicate key). A dead
 feature, or an explanation that cannot be scored, is recorded with its `Status` and the batch goes on.
 """
@@ -171,9 +175,14 @@ class TestSetBuilder:
             )
         provenance: dict[str, Any] = {
             **split.provenance(), "negative_source": cfg.negatives.value, "positive_ids": list(test.positives),
-            "negative_ids": list(test.negatives), "test_windows_seen": seen,
+            "negative_ids": list(test.negatives), "test_windows_seen": seen, "negatives_fired": len(fired),
+            "fired_negative_ids": [r.window_id for r in fired],
         }  # fmt: skip
-        return TestRecords(positives, negatives, provenance)
+        return TestRecords([*positives, *fired], negatives, provenance)
+        # Labels follow activations (the reference's rule): a drawn negative whose record fires (RANDOM and SIMILAR
+        # draw from every window) is scored as a positive, whatever source it came from.
+        fired = [r for r in negatives if r.max_act > cfg.threshold]
+        negatives = [r for r in negatives if r.max_act <= cfg.threshold]
 
 
 async def run_scoring_async(
@@ -343,3 +352,4 @@ async def _score_one(
     if isinstance(tests, ScoreOutcome):
         return tests
     return await judge(scorer, expl, tests)
+        outcome.metrics["negatives_fired"] = tests.provenance["negatives_fired"]

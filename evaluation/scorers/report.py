@@ -73,6 +73,9 @@ class ReportRow:
     """Mean test windows per feature the explainer had been shown (replaced from the split's spares before scoring;
     0 when explainer and scorer share the split and the explainer read only its train/valid thirds)."""
 
+    negatives_fired: float = math.nan
+    """Mean drawn negatives per feature whose record fires (scored as positives: labels follow activations; only
+    RANDOM and SIMILAR can draw them)."""
 
 # (close source, random source) pairs compared, when both were scored.
 DELTA_PAIRS = (("SIMILAR_NEGATIVE", "RANDOM_NEGATIVE"), ("SIMILAR_NEGATIVE", "RANDOM"), ("SIMILAR", "RANDOM"))
@@ -153,7 +156,7 @@ class CosyRow:
 def _values(store: Store, sae_id: str, features: set[int] | None):
     """{(explainer, scorer, source): {"ok": {feature: value}, "fp": [...], "failed": n}} from the store."""
     out: dict[tuple[str, str, str], dict] = defaultdict(
-        lambda: {"ok": {}, "fp": [], "failed": 0, "dead": 0, "seen": []}
+        lambda: {"ok": {}, "fp": [], "failed": 0, "dead": 0, "seen": [], "fired": []}
     )
     explanations = {e.id: e for e in store.explanations(sae_id=sae_id)}
     for s in store.scores(sae_id=sae_id):
@@ -175,6 +178,8 @@ def _values(store: Store, sae_id: str, features: set[int] | None):
         if "test_windows_seen" in s.metrics:
             cell["seen"].append(float(s.metrics["test_windows_seen"]))
     return out
+        if "negatives_fired" in s.metrics:
+            cell["fired"].append(float(s.metrics["negatives_fired"]))
 
 
 def collect_rows(store: Store, sae_id: str, features: list[int] | None = None) -> list[ReportRow]:
@@ -186,6 +191,7 @@ def collect_rows(store: Store, sae_id: str, features: list[int] | None = None) -
         fp = float(np.mean(cell["fp"])) if cell["fp"] else math.nan
         seen = float(np.mean(cell["seen"])) if cell["seen"] else math.nan
         rows.append(
+        fired = float(np.mean(cell["fired"])) if cell["fired"] else math.nan
             ReportRow(
                 explainer,
                 scorer,
@@ -200,6 +206,7 @@ def collect_rows(store: Store, sae_id: str, features: list[int] | None = None) -
                 cell["dead"],
                 seen,
             )
+                fired,
         )
     return rows
 
@@ -332,17 +339,19 @@ def render_markdown(
     lines += [
         "Higher is better for every metric except false-positive tokens. CI = 95% Student-t interval over features. "
         "Seen = test windows per feature the explainer had been shown, replaced before scoring (0 = the split's "
-        "own test third).",
+        "own test third). Neg. fired = drawn negatives per feature on which the feature fires, scored as positives "
+        "(labels follow activations).",
         "",
-        "| explainer | scorer | negatives | metric | mean | 95% CI | features | failed | FP tokens | dead | seen |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        "| explainer | scorer | negatives | metric | mean | 95% CI | features | failed | FP tokens | dead | seen "
+        "| neg. fired |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in rows:
         ci = f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]"
         lines.append(
             f"| {r.explainer} | {r.scorer} | {r.negative_source or '–'} | {r.metric} | {_fmt(r.mean)} | {ci} | "
             f"{r.n_features} | {r.n_failed} | {_fmt(r.false_positive_tokens, 1)} | {r.n_dead} | "
-            f"{_fmt(r.test_windows_seen, 1)} |"
+            f"{_fmt(r.test_windows_seen, 1)} | {_fmt(r.negatives_fired, 1)} |"
         )
     lines += [
         "",
@@ -492,6 +501,7 @@ def render_csv(
                 ]
             )
     for c in cosy or []:
+            "negatives_fired",
         m, source = c.summary, f"prism_{c.summary.rule}"
         for metric, value, low, high in (
             ("auc", m.auc_mean, m.auc_ci_low, m.auc_ci_high),
@@ -500,3 +510,4 @@ def render_csv(
         ):
             w.writerow([c.explainer, "cosy", source, metric, value, low, high, m.n, "", "", ""])
     return buf.getvalue()
+                r.negatives_fired,
