@@ -173,16 +173,16 @@ class TestSetBuilder:
             negatives = load_records(
                 self.store, self.sae_id, self.corpus, split.feature, test.negatives, length
             )
+        # Labels follow activations (the reference's rule): a drawn negative whose record fires (RANDOM and SIMILAR
+        # draw from every window) is scored as a positive, whatever source it came from.
+        fired = [r for r in negatives if r.max_act > cfg.threshold]
+        negatives = [r for r in negatives if r.max_act <= cfg.threshold]
         provenance: dict[str, Any] = {
             **split.provenance(), "negative_source": cfg.negatives.value, "positive_ids": list(test.positives),
             "negative_ids": list(test.negatives), "test_windows_seen": seen, "negatives_fired": len(fired),
             "fired_negative_ids": [r.window_id for r in fired],
         }  # fmt: skip
         return TestRecords([*positives, *fired], negatives, provenance)
-        # Labels follow activations (the reference's rule): a drawn negative whose record fires (RANDOM and SIMILAR
-        # draw from every window) is scored as a positive, whatever source it came from.
-        fired = [r for r in negatives if r.max_act > cfg.threshold]
-        negatives = [r for r in negatives if r.max_act <= cfg.threshold]
 
 
 async def run_scoring_async(
@@ -341,6 +341,7 @@ async def judge(scorer: Scorer, expl: ExplanationRecord, tests: TestRecords | No
         return ScoreOutcome.failed(Status.UNSCORABLE_EXPLANATION, error=str(err))
     if outcome.status is Status.OK and tests is not None:
         outcome.metrics["test_windows_seen"] = tests.provenance["test_windows_seen"]
+        outcome.metrics["negatives_fired"] = tests.provenance["negatives_fired"]
     return outcome
 
 
@@ -352,4 +353,3 @@ async def _score_one(
     if isinstance(tests, ScoreOutcome):
         return tests
     return await judge(scorer, expl, tests)
-        outcome.metrics["negatives_fired"] = tests.provenance["negatives_fired"]

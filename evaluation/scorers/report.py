@@ -72,10 +72,10 @@ class ReportRow:
     test_windows_seen: float = math.nan
     """Mean test windows per feature the explainer had been shown (replaced from the split's spares before scoring;
     0 when explainer and scorer share the split and the explainer read only its train/valid thirds)."""
-
     negatives_fired: float = math.nan
     """Mean drawn negatives per feature whose record fires (scored as positives: labels follow activations; only
     RANDOM and SIMILAR can draw them)."""
+
 
 # (close source, random source) pairs compared, when both were scored.
 DELTA_PAIRS = (("SIMILAR_NEGATIVE", "RANDOM_NEGATIVE"), ("SIMILAR_NEGATIVE", "RANDOM"), ("SIMILAR", "RANDOM"))
@@ -177,9 +177,9 @@ def _values(store: Store, sae_id: str, features: set[int] | None):
             cell["fp"].append(float(s.metrics["false_positive_tokens"]))
         if "test_windows_seen" in s.metrics:
             cell["seen"].append(float(s.metrics["test_windows_seen"]))
-    return out
         if "negatives_fired" in s.metrics:
             cell["fired"].append(float(s.metrics["negatives_fired"]))
+    return out
 
 
 def collect_rows(store: Store, sae_id: str, features: list[int] | None = None) -> list[ReportRow]:
@@ -190,8 +190,8 @@ def collect_rows(store: Store, sae_id: str, features: list[int] | None = None) -
         ci = t_confidence_interval(list(cell["ok"].values()))
         fp = float(np.mean(cell["fp"])) if cell["fp"] else math.nan
         seen = float(np.mean(cell["seen"])) if cell["seen"] else math.nan
-        rows.append(
         fired = float(np.mean(cell["fired"])) if cell["fired"] else math.nan
+        rows.append(
             ReportRow(
                 explainer,
                 scorer,
@@ -205,8 +205,8 @@ def collect_rows(store: Store, sae_id: str, features: list[int] | None = None) -
                 fp,
                 cell["dead"],
                 seen,
-            )
                 fired,
+            )
         )
     return rows
 
@@ -440,6 +440,7 @@ def render_csv(
             "false_positive_tokens",
             "n_dead",
             "test_windows_seen",
+            "negatives_fired",
         ]
     )
     for r in rows:
@@ -457,6 +458,7 @@ def render_csv(
                 r.false_positive_tokens,
                 r.n_dead,
                 r.test_windows_seen,
+                r.negatives_fired,
             ]
         )
     for d in deltas:
@@ -501,7 +503,6 @@ def render_csv(
                 ]
             )
     for c in cosy or []:
-            "negatives_fired",
         m, source = c.summary, f"prism_{c.summary.rule}"
         for metric, value, low, high in (
             ("auc", m.auc_mean, m.auc_ci_low, m.auc_ci_high),
@@ -510,4 +511,3 @@ def render_csv(
         ):
             w.writerow([c.explainer, "cosy", source, metric, value, low, high, m.n, "", "", ""])
     return buf.getvalue()
-                r.negatives_fired,
