@@ -102,3 +102,18 @@ def test_verify_reports_an_unfinished_statistics_step(tmp_path: Path) -> None:
     s = _build(tmp_path / "s.duckdb")  # statistics recorded, neighbours never computed
     code, out = run("verify", "--store", str(s.path))
     assert code == 1 and "the neighbours step never finished" in out, out
+
+
+def test_explain_stores_nothing_computed_from_a_damaged_store(tmp_path: Path) -> None:
+    from sae_workbench.explainers.job import ExplainConfig, ExplainJob, ExplainJobError
+
+    s, _, bucket = graduated(tmp_path)
+    live = [f for f in range(256, 512) if s.window_maxima("sae", f).values.size]
+    assert live  # bucket 1 holds live features
+    bucket.unlink()
+    job = ExplainJob(s, "sae", ExplainConfig("lexical", negatives="RANDOM"), None)
+    # Before: the live features of the deleted bucket were stored as dead under their resume keys, so a rerun
+    # skipped them even after the file was restored.
+    with pytest.raises(ExplainJobError, match="PartitionFileError"):
+        job.run(live[:3])
+    assert s.explanations("sae") == []
