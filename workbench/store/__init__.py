@@ -13,7 +13,8 @@ store.session():` holds it across several calls (a dashboard render, a batch of 
 what cannot change under it (index progress, SAE records, indexed window ids, window maxima). The `Session` it yields
 is a handle, not a connection: no SQL leaves this package. Long writers (the explain job) hold the file in a
 `lease.StoreLease` that steps aside when another process announces it waits.
-A process that finds the file locked retries with exponential backoff (5 ms → 25 ms) up to `busy_timeout_s`, then
+A process that finds the file locked retries with exponential backoff (5 ms → 25 ms) up to `busy_timeout_s` (60 s for
+a reader; a writer waits without limit and logs that it waits, so a reader cannot fail a job), then
 raises `StoreBusyError`. So the app keeps reading while `workbench index` writes (it waits at most one write
 transaction), and concurrent writers queue on DuckDB's lock — never interleave, never corrupt.
 
@@ -45,7 +46,7 @@ explanations (status), scores (status, score_key UNIQUE), evals, llm_cache, samp
 Public API of `Store` (records are frozen dataclasses from `sae_workbench.store.rows`; statuses are
 `sae_workbench.status.Status`):
 
-  Store.open(path, read_only=False, *, busy_timeout_s=60.0) -> Store
+  Store.open(path, read_only=False, *, busy_timeout_s=None) -> Store   (None: 60 s read-only, no limit for writers)
   session() -> ContextManager[Session];  transaction() -> ContextManager[None]   (group writes atomically)
   schema_version() -> int;  table_names() -> list[str];  table_columns(table) -> list[(name, type)]
 
@@ -107,6 +108,8 @@ Public API of `Store` (records are frozen dataclasses from `sae_workbench.store.
   windows, chunk = window_id // 65536, as hive-partitioned Parquet under a root, local or s3://; every read above
   answers the same on either layout)
   graduate(root, sae_ids=None, *, windows=True) -> list[GraduationReport]   (crash-safe; a rerun finishes the job)
+  verify() -> VerifyReport   (schema, ledgers, every partitioned file byte for byte, index steps, staging leftovers)
+  damaged_files(kind, key, deep=False) / replace_partition_file(kind, key, rel, rows)   (`graduate --repair`)
   activations_root(sae_id) / windows_root(corpus) -> str | None;  partitioned_saes() / partitioned_corpora() -> dict
   record_partitioned(sae_id, root, n_rows, part) / record_windows_partitioned(corpus, ...) -> None   (ledger rows)
 
