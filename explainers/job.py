@@ -11,8 +11,11 @@ sampling parameters, sampling config). Finished features are committed in batche
 features or per second, whichever comes first (a commit of a few tree explanations costs 10–20 ms; slow LLM-bound
 features still get one commit each) — so a killed job loses at most the features in flight plus one second of finished
 work, and a rerun skips everything stored (no duplicates, no losses). Features with no activations are stored as
-dead (`status` DEAD, empty text), not explained. An LLM error that retries cannot fix (wrong key,
-endpoint down) cancels the features in flight — none of them is written, while features already finished are — and
+dead (`status` DEAD, empty text), not explained. An LLM failure of one feature (`llm.errors.FEATURE_ERRORS`: an
+answer still malformed after the re-asks, a request refused or too long for the context, a timeout after the retries)
+is stored as that feature's row with a retryable status and its reason (`explainers.failures`) and the job goes on; a
+rerun asks again for exactly those features and replaces their rows. An LLM error no feature can escape (wrong key,
+endpoint down for good: `JOB_FATAL_ERRORS`) cancels the features in flight — none of them is written, while features already finished are — and
 stops the job with one error; rerun the same command to resume.
 
 The store work runs on one thread beside the event loop (`store.lease.StoreWorker`, under the job's `StoreLease`):
@@ -44,8 +47,10 @@ from sae_workbench.explainers.base import (
     Explanation,
     FeatureReader,
 )
+from sae_workbench.explainers.failures import PROVENANCE_KEY, explanation_status, failed_explanation
 from sae_workbench.explainers.registry import EXPLAINERS, make_explainer
 from sae_workbench.llm.config import LLMConfig, LLMNotConfiguredError
+from sae_workbench.llm.errors import FEATURE_ERRORS, JOB_FATAL_ERRORS
 from sae_workbench.llm.usage import Usage, UsageLedger
 from sae_workbench.status import Status
 from sae_workbench.store import ExplanationRecord, Store
@@ -145,6 +150,8 @@ class JobSummary:
     """LLM usage of the job (zeros offline)."""
     ids: dict[int, int] = field(default_factory=dict)
     """Explanation id per feature stored by this run."""
+    failed: int = 0
+    """Stored as an LLM failure (status and reason kept; the next run retries them); not counted in `explained`."""
 
 
 class ExplainJob:
@@ -239,7 +246,7 @@ class ExplainJob:
             await self.remote.start(self, len(todo))
             concurrency = max(concurrency, self.remote.concurrency())
         ids: dict[int, int] = {}
-        dead = 0
+        dead = n_failed = 0
         sem = asyncio.Semaphore(concurrency)
         bar = tqdm(total=len(todo), desc=f"explain ({self.explainer.name})", disable=not self.progress)
 
@@ -273,13 +280,14 @@ class ExplainJob:
         ahead = asyncio.Semaphore(concurrency + READ_AHEAD)
 
         async def one(feature: int) -> None:
-            nonlocal dead
+            nonlocal dead, n_failed
             async with ahead:  # held until the feature is done: reads run at most READ_AHEAD features ahead
                 inputs = await worker.read(self._load, feature)
                 async with sem:
                     record = await self._feature(feature, inputs, client)
                 finished.append(record)
                 dead += record.status is Status.DEAD
+                n_failed += record.status.retryable
                 bar.update(1)
                 if len(finished) >= self.batch_size or time.monotonic() - last_flush >= self.flush_s:
                     flush()
@@ -327,8 +335,8 @@ class ExplainJob:
                 await client.aclose()
             if self.remote is not None and todo:
                 await self.remote.stop()
-        return JobSummary(len(feats), len(feats) - len(todo), len(ids) - dead, dead,
-                          time.perf_counter() - t0, self.ledger.total, ids)  # fmt: skip
+        return JobSummary(len(feats), len(feats) - len(todo), len(ids) - dead - n_failed, dead,
+                          time.perf_counter() - t0, self.ledger.total, ids, n_failed)  # fmt: skip
 
     # ------------------------------------------------------------------ one feature
 
@@ -363,11 +371,22 @@ class ExplainJob:
             out.extra["global_max"] = inputs.peak
         else:
             ctx = ExplainContext(feature, inputs.peak, client, tag, self.lease.paused)
-            out = await method.explain(inputs.data, ctx)
+            try:
+                out = await method.explain(inputs.data, ctx)
+            except JOB_FATAL_ERRORS:
+                raise
+            except FEATURE_ERRORS as err:  # this feature fails (stored, retried on the next run); the job goes on
+                log.warning("feature %d failed: %s: %s", feature, type(err).__name__, err)
+                out = failed_explanation(err)
             out.extra["global_max"] = inputs.peak
+        if status is Status.OK:
+            status = explanation_status(out)
         usage = self.ledger.for_tag(tag)
-        llm_params = self.llm.params() if self.llm is not None else {}
+        llm_params: dict[str, Any] = {}
         if self.llm is not None:
+            # the client's provenance: config params plus the structured-output form, context and token counter
+            remote_params = out.extra.pop(PROVENANCE_KEY, None)
+            llm_params = client.provenance() if client is not None else remote_params or self.llm.params()
             llm_params["api_key_env"] = self.llm.api_key_env  # the variable's name only, never the key
         return ExplanationRecord(
             sae_id=self.sae_id, feature=int(feature), explainer=method.name,

@@ -50,7 +50,22 @@ def structured_request(
     from sae_workbench.llm.client import LLMRequest, chat
 
     system, user = prompt.structured_prompt(records, global_max, rule_cap)
-    return LLMRequest(chat(user, system), tag=tag, temperature=temperature, sample=sample)
+    return LLMRequest(chat(user, system), tag=tag, temperature=temperature, sample=sample,
+                      schema=prompt.rules_schema(rule_cap), schema_name="rules")  # fmt: skip
+
+
+async def fitting_records(
+    client: LLMClient, records: Sequence[Record], global_max: float, rule_cap: int, *, tag: str = ""
+) -> tuple[Sequence[Record], dict[str, int]]:
+    """The records whose structured prompt (the longer of the two) fits the context: all of them, else the fewest
+    dropped from the end (`explainers.fit`), and what was dropped."""
+    from sae_workbench.explainers.fit import fewer_records, first_that_fits
+
+    def request(kept: Sequence[Record]) -> LLMRequest:
+        return structured_request(kept, global_max, rule_cap, tag=tag, temperature=None, sample=0)
+
+    _, trimmed = await first_that_fits(client, fewer_records(list(records), request))
+    return records[: len(records) - trimmed.get("records_dropped", 0)], trimmed
 
 
 async def explain_structured(
@@ -78,7 +93,8 @@ async def explain_freetext(
     from sae_workbench.llm.client import LLMRequest, chat
 
     system, user = prompt.freetext_prompt(records, global_max)
-    parsed = await client.complete_parsed(LLMRequest(chat(user, system), tag=tag), prompt.parse_freetext)
+    req = LLMRequest(chat(user, system), tag=tag, max_tokens=prompt.FREETEXT_MAX_TOKENS)
+    parsed = await client.complete_parsed(req, prompt.parse_freetext)
     return parsed.value
 
 
@@ -158,5 +174,7 @@ class OneShotExplainer:
         """Rules and a sentence from the same records."""
         if ctx.client is None:
             raise ExplainJobError("the one-shot explainer needs an LLM client")
-        out = await explain_oneshot(ctx.client, inputs.records, ctx.peak, self.rule_cap, tag=ctx.tag)
-        return Explanation(out.text, out.rules, inputs.positive_ids, [])
+        records, trimmed = await fitting_records(ctx.client, inputs.records, ctx.peak, self.rule_cap, tag=ctx.tag)
+        out = await explain_oneshot(ctx.client, records, ctx.peak, self.rule_cap, tag=ctx.tag)
+        shown = inputs.positive_ids[: len(records)]
+        return Explanation(out.text, out.rules, shown, [], {"prompt_trims": [trimmed]} if trimmed else {})

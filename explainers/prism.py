@@ -223,11 +223,12 @@ def lexical_describe(texts: Sequence[HighlightedText]) -> str:
 
 async def llm_describe(client: Any, texts: Sequence[HighlightedText], tag: str = "") -> str:
     """One LLM call with PRISM's labelling prompt for one cluster."""
-    from sae_workbench.explainers.prompts.prism import label_prompt, parse_description
+    from sae_workbench.explainers.prompts.prism import LABEL_MAX_TOKENS, label_prompt, parse_description
     from sae_workbench.llm.client import LLMRequest, chat
 
     prompt = label_prompt([t.text for t in texts], [t.summary for t in texts])
-    parsed = await client.complete_parsed(LLMRequest(chat(prompt), tag=tag), parse_description)
+    req = LLMRequest(chat(prompt), tag=tag, max_tokens=LABEL_MAX_TOKENS)
+    parsed = await client.complete_parsed(req, parse_description)
     return parsed.value
 
 
@@ -367,7 +368,8 @@ class PrismExplainer:
 
         clusters = await prism_describe_selected(inputs.records, embed, self.config, describe)
         text = "\n".join(f"{i + 1}. {c.description}" for i, c in enumerate(clusters))
-        shown = sorted({w for c in clusters for w in c.window_ids})
+        # what the describer was sent (≤ per_cluster per cluster), not every clustered window (issue 33)
+        shown = sorted({w for c in clusters for w in c.shown_ids})
         extra = {"clusters": [c.to_dict() for c in clusters], "embedding_model": self.embedding_model_name(),
                  "preset": self.config.preset, "describer": "llm" if client is not None else "lexical"}  # fmt: skip
         return Explanation(text, None, shown, [], extra)

@@ -32,9 +32,11 @@ from typing import TYPE_CHECKING, Any
 
 from sae_workbench.errors import WorkbenchError
 from sae_workbench.explainers.base import ExplainContext, Explainer, Explanation
+from sae_workbench.explainers.failures import PROVENANCE_KEY, failed_explanation
 from sae_workbench.faults import worker_options
 from sae_workbench.llm.cache import CachedResponse
 from sae_workbench.llm.config import LLMConfig
+from sae_workbench.llm.errors import FEATURE_ERRORS, JOB_FATAL_ERRORS
 from sae_workbench.llm.snapshot_cache import CacheEntry, SnapshotCache, cache_snapshot
 from sae_workbench.llm.usage import Usage, UsageLedger
 from sae_workbench.ray_actors import BATCHES_PER_WORKER, DEFAULT_BATCH, Failure, limiter_actor, worker_gate
@@ -92,8 +94,14 @@ class ExplainWorker:
             tag = f"feature:{feature}"
             try:
                 out = await self.explainer.explain(data, ExplainContext(feature, peak, self.client, tag))
+            except JOB_FATAL_ERRORS as err:  # reported to the driver, which stops the job
+                return Failure(type(err).__name__, str(err))
+            except FEATURE_ERRORS as err:  # this feature's failure, stored by the driver; the job goes on
+                out = failed_explanation(err)
             except Exception as err:  # reported to the driver, which stops the job
                 return Failure(type(err).__name__, str(err))
+            if self.client is not None:  # the driver stores the worker client's provenance (structured-output form)
+                out.extra[PROVENANCE_KEY] = self.client.provenance()
             return Explained(out, self.ledger.for_tag(tag))
 
         results = await asyncio.gather(*(one(*item) for item in items))

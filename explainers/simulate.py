@@ -276,16 +276,39 @@ class LLMSimulator:
         self.prompt_version = PROMPT_VERSION
 
     async def simulate(self, explanation: str, records: Sequence[Record]) -> list[np.ndarray]:
-        """One (T,) prediction array per record, from one LLM call for all records."""
-        from sae_workbench.explainers.prompts.simulate import parse_predictions, simulate_prompt
-        from sae_workbench.llm.client import LLMRequest, chat
+        """One (T,) prediction array per record: the records go out in chunks whose answer fits the completion
+        budget (`explainers.fit.answer_chunks`), run concurrently; a chunk whose prompt does not fit the context is
+        halved, down to one record (`LLMContextOverflowError` when even that does not fit)."""
+        import asyncio
+
+        from sae_workbench.explainers.fit import answer_chunks
 
         if not records:
             return []
+        chunks = answer_chunks([len(r) for r in records], self.client.config.max_tokens)
+        parts = await asyncio.gather(*(self._simulate_fitting(explanation, records[c.start : c.stop]) for c in chunks))
+        return [row for part in parts for row in part]
+
+    async def _simulate_fitting(self, explanation: str, records: Sequence[Record]) -> list[np.ndarray]:
+        """Predictions for `records` from one call, or from two halves when the prompt does not fit."""
+        from sae_workbench.explainers.prompts.simulate import (
+            parse_predictions,
+            predictions_schema,
+            simulate_prompt,
+        )
+        from sae_workbench.llm.client import LLMContextOverflowError, LLMRequest, chat
+
         system, user = simulate_prompt(explanation, records)
         # Simulation is deterministic (temperature 0): the same explanation always gets the same prediction.
-        parsed = await self.client.complete_parsed(
-            LLMRequest(chat(user, system), tag=self.tag, temperature=0.0),
-            lambda text: parse_predictions(text, records),
-        )
+        request = LLMRequest(chat(user, system), tag=self.tag, temperature=0.0, schema=predictions_schema(records),
+                             schema_name="predictions")  # fmt: skip
+        try:
+            await self.client.check_fit(request)
+        except LLMContextOverflowError:
+            if len(records) < 2:
+                raise
+            half = len(records) // 2
+            head = await self._simulate_fitting(explanation, records[:half])
+            return head + await self._simulate_fitting(explanation, records[half:])
+        parsed = await self.client.complete_parsed(request, lambda text: parse_predictions(text, records))
         return [np.asarray(row, dtype=np.float64) for row in parsed.value]

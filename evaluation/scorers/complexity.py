@@ -25,7 +25,11 @@ from sae_workbench.evaluation.scorers.base import (
     ScorerDefaults,
     TestRecords,
 )
-from sae_workbench.evaluation.scorers.prompts.complexity import COMPLEXITY_PROMPT_VERSION, complexity_messages
+from sae_workbench.evaluation.scorers.prompts.complexity import (
+    COMPLEXITY_PROMPT_VERSION,
+    complexity_messages,
+    ratings_schema,
+)
 from sae_workbench.examples.rules import parse_rules
 from sae_workbench.llm.client import LLMClient, LLMMalformedOutputError, LLMRequest
 from sae_workbench.llm.config import LLMNotConfiguredError
@@ -52,7 +56,10 @@ async def rate_complexity(client: LLMClient, rules: Sequence[str], tag: str = "c
     if not rules:
         return []
     parsed = await client.complete_parsed(
-        LLMRequest(complexity_messages(rules), tag=tag), _parse_ratings(len(rules))
+        LLMRequest(
+            complexity_messages(rules), tag=tag, schema=ratings_schema(len(rules)), schema_name="ratings"
+        ),
+        _parse_ratings(len(rules)),
     )
     return parsed.value
 

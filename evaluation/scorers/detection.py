@@ -28,6 +28,7 @@ from sae_workbench.evaluation.scorers.metrics import ClassificationMetrics, clas
 from sae_workbench.evaluation.scorers.prompts.detection import (
     DETECTION_PROMPT_VERSION,
     FUZZING_PROMPT_VERSION,
+    binary_schema,
     detection_messages,
     fuzzing_messages,
     highlight,
@@ -167,7 +168,12 @@ class LLMClassifier:
                 ]
                 messages = fuzzing_messages(explanation.text, texts)
             calls.append(
-                self.client.complete_parsed(LLMRequest(messages, tag=self.tag), _parse_binary(len(batch)))
+                self.client.complete_parsed(
+                    LLMRequest(
+                        messages, tag=self.tag, schema=binary_schema(len(batch)), schema_name="labels"
+                    ),
+                    _parse_binary(len(batch)),
+                )
             )
         answers = await asyncio.gather(*calls)
         return np.array([bool(v) for a in answers for v in a.value], dtype=bool)

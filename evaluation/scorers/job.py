@@ -18,7 +18,10 @@ drawn negative whose record fires (possible under RANDOM and SIMILAR, which draw
 positive; `negatives_fired` (metric and provenance) counts them and the report shows their mean.
 
 Explanations already scored under the same key are skipped (resumable; the store refuses a duplicate key). A dead
-feature, or an explanation that cannot be scored, is recorded with its `Status` and the batch goes on.
+feature, or an explanation that cannot be scored, is recorded with its `Status` and the batch goes on. So is an LLM
+failure of one explanation (`llm.errors.FEATURE_ERRORS`), with a retryable status that the next run scores again;
+`JOB_FATAL_ERRORS` (wrong key, endpoint down for good) stop the run. Explanations whose own LLM calls failed are not
+scored.
 """
 
 from __future__ import annotations
@@ -51,11 +54,13 @@ from sae_workbench.examples.testsets import (
     FeatureSplit,
     SplitConfig,
     draw_split,
+    held_out_test,
     prepare_split,
-    scored_windows,
 )
+from sae_workbench.explainers.failures import failure_info, llm_failure_status
 from sae_workbench.llm.cache import ResponseCache
 from sae_workbench.llm.config import LLMConfig
+from sae_workbench.llm.errors import FEATURE_ERRORS, JOB_FATAL_ERRORS
 from sae_workbench.llm.sync import blocking
 from sae_workbench.status import Status
 from sae_workbench.store import ExplanationRecord, NotIndexedError, ScoreRecord, Store
@@ -131,6 +136,13 @@ def score_key(
     return hashlib.sha256(json.dumps(payload, sort_keys=True).encode()).hexdigest()[:32]
 
 
+def shown_ids(explanation: ExplanationRecord) -> set[int]:
+    """Every window the explanation's author was shown, as the explanation records it: its examples and negatives,
+    plus `extra["shown_ids"]` (a hypothesis: the windows its feature page showed, or what `--seen` named)."""
+    extra = explanation.extra.get("shown_ids", []) if isinstance(explanation.extra, dict) else []
+    return {int(i) for i in (*explanation.example_ids, *explanation.negative_ids, *extra)}
+
+
 class TestSetBuilder:
     """The test records of explanations: the test third of each feature's shared split, drawn once per feature."""
 
@@ -162,9 +174,8 @@ class TestSetBuilder:
         run was told otherwise) minus any window it was shown."""
         cfg = self.config.split_for(explanation.sampling)
         split = self.split(explanation.feature, cfg)
-        shown = set(explanation.example_ids) | set(explanation.negative_ids)
-        test = scored_windows(split, shown)
-        seen = len(shown & set(split.test.ids))
+        held = held_out_test(self.store, self.sae_id, self.corpus, split, shown_ids(explanation))
+        test, seen = held.third, held.seen
         length = cfg.record_length
         with self.store.session():
             positives = load_records(
@@ -209,7 +220,8 @@ async def run_scoring_async(
     for expl in tqdm(pending, desc=desc, disable=not progress):
         started = time.perf_counter()
         usage_before = backends.llm_usage() if backends.llm_usage else {}
-        llm_params = backends.llm_client.config.params() if backends.llm_client is not None else None
+        # the client's provenance: model, structured-output form, context length and source, token counter
+        llm_params = backends.llm_client.provenance() if backends.llm_client is not None else None
         provenance = base_provenance(scorer, keys[int(expl.id or 0)], llm_params)
         outcome = await _score_one(scorer, expl, builder, provenance)
         provenance["seconds"] = time.perf_counter() - started
@@ -288,7 +300,7 @@ def plan_scoring(
     rows = [
         e
         for e in store.explanations(sae_id=sae_id, explainer=explainer)
-        if e.id is not None and (explainer is not None or not scorer.default_explainers
+        if e.id is not None and not e.status.retryable and (explainer is not None or not scorer.default_explainers
                                  or e.explainer in scorer.default_explainers)
     ]  # fmt: skip
     wanted = None if features is None else {int(f) for f in features}
@@ -339,9 +351,16 @@ async def judge(scorer: Scorer, expl: ExplanationRecord, tests: TestRecords | No
         outcome = await scorer.score(expl, tests)
     except UnscorableExplanationError as err:
         return ScoreOutcome.failed(Status.UNSCORABLE_EXPLANATION, error=str(err))
+    except JOB_FATAL_ERRORS:
+        raise
+    except FEATURE_ERRORS as err:  # this explanation's LLM failure: stored with its reason, retried on the next run
+        log.warning("explanation %s (feature %d) failed: %s: %s", expl.id, expl.feature, type(err).__name__, err)
+        info = failure_info(err)
+        return ScoreOutcome.failed(llm_failure_status(err), error=info["reason"], error_type=info["error"])
     if outcome.status is Status.OK and tests is not None:
         outcome.metrics["test_windows_seen"] = tests.provenance["test_windows_seen"]
         outcome.metrics["negatives_fired"] = tests.provenance["negatives_fired"]
+        outcome.metrics.update(tests.provenance["held_out"])
     return outcome
 
 

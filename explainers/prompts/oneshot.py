@@ -28,6 +28,29 @@ STRUCTURED_TASK = (
     "Reply with the JSON array only."
 )
 
+STRENGTHS = list(range(MAX_LEVEL + 1))
+"""The strengths a rule may have (0..5, the prompt's activation scale)."""
+FREETEXT_MAX_TOKENS = 96
+"""Completion budget of the free-text sentence: one sentence; a small model otherwise rambles to the job's budget."""
+
+
+def rules_schema(rule_cap: int) -> dict[str, object]:
+    """JSON schema of the structured answer (sent with the prompt, in the form the endpoint accepts): an array of
+    1..`rule_cap` rules {activates_on: string, strength: 0..5}, every property required, nothing else. Its root is an
+    array, as the prompt asks; an endpoint whose strict mode wants an object root refuses it, and the client falls
+    back to the next structured-output form."""
+    rule = {
+        "type": "object",
+        "properties": {
+            "activates_on": {"type": "string"},
+            "strength": {"type": "integer", "enum": STRENGTHS},
+        },
+        "required": ["activates_on", "strength"],
+        "additionalProperties": False,
+    }
+    return {"type": "array", "items": rule, "minItems": 1, "maxItems": int(rule_cap)}
+
+
 FREETEXT_TASK = "Explain in one sentence what the feature activates on. Reply with the explanation only, without a preamble."
 
 

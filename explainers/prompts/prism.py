@@ -34,6 +34,10 @@ INSTRUCTIONS = (
 )
 
 
+LABEL_MAX_TOKENS = 64
+"""Completion budget of one label: a short phrase (a small model otherwise rambles to the job's whole budget)."""
+
+
 def label_prompt(highlighted_texts: Sequence[str], summaries: Sequence[str]) -> str:
     """The single user message for one cluster: instructions, the highlight summary, the texts, 'Description: '."""
     summary = "\n".join(f"Text #{i + 1}: {s}" for i, s in enumerate(summaries))

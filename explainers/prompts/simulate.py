@@ -27,6 +27,28 @@ def simulate_prompt(explanation: str, records: Sequence[Record]) -> tuple[str, s
     return SYSTEM, user
 
 
+LEVELS = list(range(6))
+"""The activation levels a prediction may take (0..5)."""
+
+
+def predictions_schema(records: Sequence[Record]) -> dict[str, object]:
+    """JSON schema of the answer for `records`: {"predictions": one list per record (in order), each exactly as long
+    as its record, of integers 0..5}. The lengths are in the schema so a constrained endpoint cannot miscount."""
+    rows = [
+        {
+            "type": "array",
+            "items": {"type": "integer", "enum": LEVELS},
+            "minItems": len(r),
+            "maxItems": len(r),
+        }
+        for r in records
+    ]
+    predictions = {"type": "array", "prefixItems": rows, "items": False, "minItems": len(rows),
+                   "maxItems": len(rows)}  # fmt: skip
+    return {"type": "object", "properties": {"predictions": predictions}, "required": ["predictions"],
+            "additionalProperties": False}  # fmt: skip
+
+
 def parse_predictions(text: str, records: Sequence[Record]) -> list[list[int]]:
     """Strictly parse the predictions: one list per record, one integer 0..5 per token (ValueError otherwise)."""
     obj = as_object(parse_json_strict(text), required=("predictions",))

@@ -18,8 +18,9 @@ from typing import NamedTuple
 from sae_workbench.examples.records import Record
 from sae_workbench.examples.rules import Rule, parse_rules, rules_to_json
 from sae_workbench.explainers.prompts.examples import format_examples
+from sae_workbench.explainers.prompts.oneshot import rules_schema
 from sae_workbench.explainers.simulate import TokenFeedback
-from sae_workbench.llm.jsonparse import JSONParseError, extract_json
+from sae_workbench.llm.jsonparse import JSONParseError, extract_json, parse_json_strict
 
 PROMPT_VERSION = "tree-revise-v2"
 
@@ -99,8 +100,26 @@ def revision_messages(
     return tuple(messages)
 
 
+def revision_schema(rule_cap: int) -> dict[str, object]:
+    """JSON schema of a revision when the endpoint constrains answers: {"improvement": sentence, "new_explanation":
+    rules} (the two parts the task's text format names; `parse_revision` reads either form)."""
+    return {
+        "type": "object",
+        "properties": {"improvement": {"type": "string"}, "new_explanation": rules_schema(rule_cap)},
+        "required": ["improvement", "new_explanation"],
+        "additionalProperties": False,
+    }
+
+
 def parse_revision(text: str, rule_cap: int) -> tuple[str, tuple[Rule, ...]]:
-    """(improvement sentence, new rules) from an 'IMPROVEMENT: … NEW EXPLANATION: [json]' answer."""
+    """(improvement sentence, new rules) from an 'IMPROVEMENT: … NEW EXPLANATION: [json]' answer, or from the JSON
+    object of `revision_schema` (what a schema-constrained endpoint answers)."""
+    if text.lstrip().startswith("{"):
+        value = parse_json_strict(text)
+        if not isinstance(value, dict) or "new_explanation" not in value:
+            raise JSONParseError('the answer must be {"improvement": ..., "new_explanation": [rules]}')
+        improvement = value.get("improvement")
+        return " ".join(str(improvement or "").split()), parse_rules(value["new_explanation"], rule_cap)
     head, sep, _ = text.partition("NEW EXPLANATION:")
     if not sep:
         raise JSONParseError("the answer has no 'NEW EXPLANATION:' line")

@@ -122,6 +122,8 @@ class TreeExplainer:
             "proposer": "llm" if ctx.client is not None else "lexical-editor", "simulator": simulator.name,
             "splits": split_extra(inputs.split),
         }  # fmt: skip
+        if isinstance(proposer, LLMProposer) and proposer.trims:
+            extra["prompt_trims"] = proposer.trims  # what revision prompts left out to fit (explainers.fit)
         shown = inputs.split.train.positives + inputs.split.valid.positives
         negatives = (
             inputs.split.train.negatives if self.search.train_negatives else ()

@@ -102,7 +102,9 @@ def test_wrong_key_one_error_nothing_written(planted, monkeypatch):
     assert [e for e in planted.explanations(PLANTED_SAE) if e.status is not Status.DEAD] == []
 
 
-def test_endpoint_dies_mid_job_stops_cleanly_and_resumes(planted):
+def test_failing_endpoint_fails_features_not_the_job_and_rerun_retries(planted):
+    # 503 after the retries is one feature's failure (LLMUnavailableError): stored with status and reason, the job
+    # goes on; the rerun retries exactly the failed features and replaces their rows (issue 32 item 4).
     with FakeLLM(responder=smart) as server:
         cfg = llm(server, max_retries=1)
         ExplainJob(planted, PLANTED_SAE, ExplainConfig("oneshot"), cfg, concurrency=1, progress=False).run(
@@ -110,16 +112,55 @@ def test_endpoint_dies_mid_job_stops_cleanly_and_resumes(planted):
         )
         server.default = HTTPFault(503)
         server.responder = None
-        with pytest.raises(ExplainJobError, match="rerun the same command"):
-            ExplainJob(
-                planted, PLANTED_SAE, ExplainConfig("oneshot"), cfg, concurrency=1, progress=False
-            ).run([0, 3, 4])
-        assert {e.feature for e in planted.explanations(PLANTED_SAE)} == {0}
+        s = ExplainJob(
+            planted, PLANTED_SAE, ExplainConfig("oneshot"), cfg, concurrency=1, progress=False
+        ).run([0, 3, 4])
+        assert (s.skipped, s.explained, s.failed) == (1, 0, 2)
+        rows = {e.feature: e for e in planted.explanations(PLANTED_SAE)}
+        assert rows[3].status is Status.LLM_UNAVAILABLE and "503" in rows[3].extra["failure"]["reason"]
         server.default, server.responder = None, smart
         s = ExplainJob(planted, PLANTED_SAE, ExplainConfig("oneshot"), cfg, progress=False).run([0, 3, 4])
-        assert (s.skipped, s.explained) == (1, 2)
-    features = [e.feature for e in planted.explanations(PLANTED_SAE)]
-    assert sorted(features) == [0, 3, 4]
+        assert (s.skipped, s.explained, s.failed) == (1, 2, 0)
+    rows_after = planted.explanations(PLANTED_SAE)
+    assert sorted(e.feature for e in rows_after) == [0, 3, 4]  # failed rows replaced, nothing duplicated
+    assert all(e.status is Status.OK for e in rows_after)
+
+
+def test_malformed_answer_fails_one_feature_and_rerun_asks_again(planted):
+    bad: list[str] = []
+
+    def flaky(body: dict) -> Reply:
+        # the first structured prompt (one feature's) always gets malformed JSON, re-asks included
+        first_user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        if "JSON array of at most" in first_user and (not bad or first_user == bad[0]):
+            bad[:] = [first_user]
+            return Reply("[{not json")
+        return smart(body)
+
+    with FakeLLM(responder=flaky) as server:
+        cfg = llm(server)
+        s = ExplainJob(
+            planted, PLANTED_SAE, ExplainConfig("oneshot"), cfg, concurrency=1, progress=False
+        ).run([0, 3, 4])
+        assert (s.explained, s.failed) == (2, 1)
+        (failed,) = [e for e in planted.explanations(PLANTED_SAE) if e.status is not Status.OK]
+        assert failed.status is Status.LLM_MALFORMED_OUTPUT and failed.text == ""
+        assert failed.extra["failure"]["error"] == "LLMMalformedOutputError"
+        assert failed.llm_params["model"] == "fake" and "structured_output" in failed.llm_params
+        calls = server.calls
+        server.responder = smart
+        s = ExplainJob(planted, PLANTED_SAE, ExplainConfig("oneshot"), cfg, progress=False).run([0, 3, 4])
+        assert (s.skipped, s.explained, s.failed) == (2, 1, 0)
+        assert (
+            1 <= server.calls - calls <= 2
+        )  # only the failed feature is asked again (its sentence may be cached)
+        # every structured prompt carried its JSON schema (rules: 1..rule_cap objects)
+        structured = [
+            r.body for r in server.requests if "JSON array of at most" in r.body["messages"][1]["content"]
+        ]
+        assert structured and all('"maxItems": 5' in json.dumps(b.get("response_format")) for b in structured)
+    rows = planted.explanations(PLANTED_SAE)
+    assert sorted(e.feature for e in rows) == [0, 3, 4] and all(e.status is Status.OK for e in rows)
 
 
 def test_oneshot_without_endpoint_is_a_clear_error(planted):

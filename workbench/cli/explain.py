@@ -81,8 +81,9 @@ def explain(
         st, sae, config, status.config, concurrency=concurrency, remote=remote, progress=progress
     )
     summary = job.run(options.parse_features(features, sae_row.d_sae))
+    failed = f", {summary.failed} failed (LLM; rerun to retry them)" if summary.failed else ""
     typer.echo(
-        f"explain {name}: {summary.explained} explained, {summary.dead} dead, {summary.skipped} already stored "
-        f"(of {summary.requested}) in {summary.seconds:.1f}s; LLM calls {summary.usage.calls}, "
+        f"explain {name}: {summary.explained} explained, {summary.dead} dead{failed}, {summary.skipped} already "
+        f"stored (of {summary.requested}) in {summary.seconds:.1f}s; LLM calls {summary.usage.calls}, "
         f"tokens {summary.usage.total_tokens}"
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from sae_workbench.status import Status
+from sae_workbench.status import RETRYABLE_VALUES, Status
 from sae_workbench.store.base import StoreBase
 from sae_workbench.store.errors import StoreError
 from sae_workbench.store.rows import ExplanationRecord
@@ -40,13 +40,18 @@ class Explanations(StoreBase):
         """Store explanations in one transaction (one commit); return their ids in order.
 
         A record whose config_key is already stored (or repeated earlier in `records`) is not inserted again; its
-        id is the stored row's. Batching is what makes a job's writes cheap: one commit (a WAL fsync, ~10 ms) per
-        batch instead of per record.
+        id is the stored row's. A stored row with a retryable status (an LLM failure) is replaced by the new record.
+        Batching is what makes a job's writes cheap: one commit (a WAL fsync, ~10 ms) per batch instead of per record.
         """
         if not records:
             return []
         keys = [r.config_key for r in records]
         with self._write(invalidates=False) as conn:
+            conn.execute(
+                "DELETE FROM explanations WHERE config_key IN (SELECT unnest(?::TEXT[])) "
+                "AND status IN (SELECT unnest(?::TEXT[]))",
+                [keys, list(RETRYABLE_VALUES)],
+            )
             if len(keys) == 1:
                 found = conn.execute("SELECT id, config_key FROM explanations WHERE config_key = ?", keys)
             else:
@@ -93,13 +98,15 @@ class Explanations(StoreBase):
         return config_key in self.stored_explanation_keys([config_key])
 
     def stored_explanation_keys(self, config_keys: Sequence[str]) -> set[str]:
-        """The subset of `config_keys` already stored (one query: how a job finds what to skip on resume)."""
+        """The subset of `config_keys` already stored, LLM failures (retryable statuses) left out: what a job skips
+        on resume (one query)."""
         if not config_keys:
             return set()
         with self._conn() as conn:
             rows = conn.execute(
-                "SELECT config_key FROM explanations WHERE config_key IN (SELECT unnest(?::TEXT[]))",
-                [list(config_keys)],
+                "SELECT config_key FROM explanations WHERE config_key IN (SELECT unnest(?::TEXT[])) "
+                "AND status NOT IN (SELECT unnest(?::TEXT[]))",
+                [list(config_keys), list(RETRYABLE_VALUES)],
             ).fetchall()
         return {str(r[0]) for r in rows}
 

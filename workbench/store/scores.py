@@ -3,7 +3,8 @@
 A score's `score_key` (unique; NULL allowed) names what was scored with which scorer config: a job asks
 `score_keys(sae_id, scorer)` once to skip done work on resume, and a second write of a stored key raises
 DuplicateScoreError. Its `status` says whether metrics were computed (OK), the feature was dead, or which failure
-was recorded instead.
+was recorded instead. An LLM failure (a retryable status) does not count as done: `score_keys` leaves it out and a
+new score of the same key replaces it.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 
 import duckdb
 
-from sae_workbench.status import Status
+from sae_workbench.status import RETRYABLE_VALUES, Status
 from sae_workbench.store.base import StoreBase
 from sae_workbench.store.errors import DuplicateScoreError
 from sae_workbench.store.explanations import explanation_ids_of_sae
@@ -48,6 +49,12 @@ class Scores(StoreBase):
         rows = [_row(r) for r in records]
         keys = [str(row[-1]) for row in rows if row[-1] is not None]
         with self._write(invalidates=False) as conn:
+            if keys:  # an LLM failure stored under the same key is replaced (a rerun retried it)
+                conn.execute(
+                    "DELETE FROM scores WHERE score_key IN (SELECT unnest(?::TEXT[])) "
+                    "AND status IN (SELECT unnest(?::TEXT[]))",
+                    [keys, list(RETRYABLE_VALUES)],
+                )
             clash = {k for k, n in Counter(keys).items() if n > 1} | _stored_keys(conn, keys)
             if clash:
                 raise DuplicateScoreError(
@@ -87,12 +94,13 @@ class Scores(StoreBase):
         return ids
 
     def score_keys(self, sae_id: str, scorer: str) -> set[str]:
-        """The score keys stored for `sae_id`'s explanations by `scorer` (one query: what a job skips on resume)."""
+        """The score keys stored for `sae_id`'s explanations by `scorer`, LLM failures (retryable statuses) left
+        out (one query: what a job skips on resume)."""
         with self._conn() as conn:
             rows = conn.execute(
                 f"SELECT score_key FROM scores WHERE explanation_id IN ({explanation_ids_of_sae()}) "
-                "AND scorer = ? AND score_key IS NOT NULL",
-                [sae_id, scorer],
+                "AND scorer = ? AND score_key IS NOT NULL AND status NOT IN (SELECT unnest(?::TEXT[]))",
+                [sae_id, scorer, list(RETRYABLE_VALUES)],
             ).fetchall()
         return {str(r[0]) for r in rows}
 

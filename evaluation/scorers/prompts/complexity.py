@@ -17,6 +17,16 @@ Rules:
 Reply with a JSON array of exactly {n} integers between 0 and 5, one per rule in order, and nothing else."""
 
 
+def ratings_schema(n: int) -> dict[str, object]:
+    """JSON schema of the answer: an array of exactly `n` integers 0..5 (tree paper's rating scale)."""
+    return {
+        "type": "array",
+        "items": {"type": "integer", "enum": list(range(6))},
+        "minItems": n,
+        "maxItems": n,
+    }
+
+
 def complexity_messages(rules: Sequence[str]) -> tuple[dict[str, str], ...]:
     """Chat messages asking for one complexity rating per rule."""
     listing = "\n".join(f"{i + 1}. {r}" for i, r in enumerate(rules))

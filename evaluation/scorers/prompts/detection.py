@@ -44,6 +44,11 @@ For each of the {n} texts, answer 1 if every highlighted token is one the featur
 token is not. Reply with a JSON array of exactly {n} integers (0 or 1), in order, and nothing else."""
 
 
+def binary_schema(n: int) -> dict[str, object]:
+    """JSON schema of a detection or fuzzing answer: an array of exactly `n` integers, each 0 or 1."""
+    return {"type": "array", "items": {"type": "integer", "enum": [0, 1]}, "minItems": n, "maxItems": n}
+
+
 def _numbered(texts: Sequence[str]) -> str:
     """Texts as "Text 1:" blocks."""
     return "\n\n".join(f"Text {i + 1}:\n{t}" for i, t in enumerate(texts))
