@@ -20,6 +20,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+import re
 from collections import defaultdict
 from dataclasses import dataclass
 
@@ -326,6 +327,63 @@ def _fmt(x: float, digits: int = 3) -> str:
     return "–" if x is None or math.isnan(x) else f"{x:.{digits}f}"
 
 
+SMOKE_TEST_PARAMS = 1e9
+"""Below this many parameters a model's explanations are a smoke test of the pipeline, not a result (issue 32: a
+135M model's answers parse under a schema but say little about a feature)."""
+
+
+@dataclass(frozen=True)
+class ModelRow:
+    """Which LLM made an explainer's explanations, as their provenance records it."""
+
+    explainer: str
+    model: str
+    structured_output: str
+    explanations: int
+
+
+def model_params(name: str) -> float | None:
+    """Parameters a model's name states ("SmolLM2-135M-Instruct" → 135e6, "qwen2.5:1.5b" → 1.5e9); None when it
+    states none."""
+    found = re.search(r"(?<![\d.])(\d+(?:\.\d+)?)([mMbB])(?![a-zA-Z])", name)
+    if found is None:
+        return None
+    return float(found.group(1)) * (1e6 if found.group(2) in "mM" else 1e9)
+
+
+def model_rows(store: Store, sae_id: str, features: list[int] | None = None) -> list[ModelRow]:
+    """The LLM behind each explainer's explanations of these features (one row per explainer and model)."""
+    wanted = None if features is None else set(features)
+    counts: dict[tuple[str, str, str], int] = {}
+    for e in store.explanations(sae_id=sae_id):
+        if e.llm_model and (wanted is None or e.feature in wanted):
+            form = str((e.llm_params or {}).get("structured_output") or "not recorded")
+            key = (e.explainer, e.llm_model, form)
+            counts[key] = counts.get(key, 0) + 1
+    return [ModelRow(x, m, f, n) for (x, m, f), n in sorted(counts.items())]
+
+
+def render_models(models: list[ModelRow]) -> list[str]:
+    """The Markdown lines naming each explainer's LLM, its size, and a plain warning for a small one."""
+    if not models:
+        return []
+    lines = ["", "LLMs behind the explanations:", "", "| explainer | model | size | structured output | "
+             "explanations |", "|---|---|---|---|---|"]  # fmt: skip
+    small = []
+    for m in models:
+        params = model_params(m.model)
+        size = f"{params / 1e6:.0f}M parameters" if params is not None and params < 1e9 else (
+            f"{params / 1e9:.1f}B parameters" if params is not None else "not stated")  # fmt: skip
+        lines.append(f"| {m.explainer} | {m.model} | {size} | {m.structured_output} | {m.explanations} |")
+        if params is not None and params < SMOKE_TEST_PARAMS:
+            small.append(m.model)
+    if small:
+        lines += ["", f"**{', '.join(sorted(set(small)))}: a model this small is a smoke test that the pipeline runs "
+                  "end to end on a real LLM, not a result.** Its explanations and scores say little about the "
+                  "features."]  # fmt: skip
+    return lines
+
+
 def render_markdown(
     rows: list[ReportRow],
     deltas: list[NegativeDelta],
@@ -333,9 +391,12 @@ def render_markdown(
     polysemanticity: list[PolysemanticityRow] | None = None,
     complexity: list[ComplexityRow] | None = None,
     cosy: list[CosyRow] | None = None,
+    models: list[ModelRow] | None = None,
 ) -> str:
-    """The tables as Markdown (the polysemanticity, complexity and CoSy ones when given)."""
+    """The tables as Markdown (the polysemanticity, complexity and CoSy ones when given; the LLMs behind the
+    explanations first when given)."""
     lines = [f"# {title}", ""] if title else []
+    lines += render_models(models or [])[1:] + ([""] if models else [])
     lines += [
         "Higher is better for every metric except false-positive tokens. CI = 95% Student-t interval over features. "
         "Seen = test windows per feature the explainer had been shown, replaced before scoring (0 = the split's "

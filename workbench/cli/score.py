@@ -159,6 +159,7 @@ def report(
         collect_rows,
         complexity_rows,
         cosy_rows,
+        model_rows,
         negative_deltas,
         polysemanticity_rows,
         render_csv,
@@ -176,7 +177,7 @@ def report(
     poly, comp = polysemanticity_rows(st, sae, feats), complexity_rows(st, sae, feats)
     cosy = cosy_rows(st, sae, feats)
     text = (
-        render_markdown(rows, deltas, f"Scores of SAE {sae}", poly, comp, cosy)
+        render_markdown(rows, deltas, f"Scores of SAE {sae}", poly, comp, cosy, model_rows(st, sae, feats))
         if format == "md"
         else render_csv(rows, deltas, poly, comp, cosy)
     )
