@@ -36,13 +36,13 @@ FREETEXT_MAX_TOKENS = 96
 
 def rules_schema(rule_cap: int) -> dict[str, object]:
     """JSON schema of the structured answer (sent with the prompt, in the form the endpoint accepts): an array of
-    1..`rule_cap` rules {activates_on: string, strength: 0..5}, every property required, nothing else. Its root is an
-    array, as the prompt asks; an endpoint whose strict mode wants an object root refuses it, and the client falls
-    back to the next structured-output form."""
+    1..`rule_cap` rules {activates_on: non-empty string, strength: 0..5}, every property required, nothing else. Its
+    root is an array, as the prompt asks; an endpoint whose strict mode wants an object root refuses it, and the
+    client falls back to the next structured-output form."""
     rule = {
         "type": "object",
         "properties": {
-            "activates_on": {"type": "string"},
+            "activates_on": {"type": "string", "minLength": 1},
             "strength": {"type": "integer", "enum": STRENGTHS},
         },
         "required": ["activates_on", "strength"],
