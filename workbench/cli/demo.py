@@ -2,9 +2,16 @@
 
     workbench demo                      # SmolLM2-135M + the offline corpus, everything under runs/demo
     workbench demo --fast               # a smaller run for a quick look (used by the tests on the tiny model)
+    workbench demo --no-llm             # without the LLM stages (--fast skips them unless given --llm)
 
-cache → train an SAE → index into the store → explain features (lexical; plus one-shot, tree and PRISM when an LLM
-endpoint is configured in the environment) → score with random and close negatives → absorption → summary.
+cache → train an SAE → index into the store → explain features (lexical) → score with random and close negatives →
+LLM stages (one-shot, tree and PRISM on 3 features that fire, scored with detection and simulation next to their
+lexical explanations, on the configured endpoint or else on a local llama-cpp-python server for SmolLM2-135M-Instruct
+that the demo starts and stops; each stage within a budget of 900 s on 2 cores; the report names the model and its
+size and says that so small a model is a smoke test, not a result) → attribute a few features
+(DePass tokens + components with ablation/steering effects, position-aware LRP; ProxySPEX interactions when the
+`interactions` extra is installed) → absorption → summary → the table of real stage times (wall and CPU seconds,
+also in `<out>/stage_times.json`).
 Every stage is a real `workbench` command run as a subprocess, so the demo exercises exactly what a user runs;
 each command skips work that already exists, so rerunning the demo reuses earlier results.
 """
@@ -13,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import subprocess
 import sys
 import time
@@ -54,10 +62,34 @@ class DemoConfig:
     """Cap on first-letter words for absorption (design.md: the eval needs ≥ 20k words for rare letters)."""
     min_letters: int = 20
     """Letters whose probe must reach F1 > 0.6 (SAEBench default 20)."""
+    attribute_features: int = 3
+    """Budget of the attribution stages: the first this many explained features that fire."""
+    attribute_examples: int = 2
+    """Top examples per feature for DePass, position-aware LRP and the ablation effects."""
+    steering_alphas: str = "-5,5,10"
+    """Steering strengths (activation units; `workbench attribute`'s default)."""
+    interaction_features: int = 1
+    """Features given ProxySPEX interactions (`--quick`, one top example each) when the extra is installed."""
+    interaction_budget: int = 1000
+    """Masks per ProxySPEX method (the budget rule's floor, specs/attribution.md B.3)."""
+    llm_features: int = 3
+    """Features the LLM explainers (one-shot, tree, PRISM) explain and the LLM scorers score (the first that fire)."""
+    llm_stage_budget_s: float = 900.0
+    """Wall seconds one LLM stage may take (2 cores, SmolLM2-135M on the local server); a stage past it is stopped,
+    reported and skipped, and keeps what it stored (rerunning the demo resumes it)."""
 
 
 FAST = DemoConfig(
-    cache_tokens=120_000, train_tokens=110_000, index_tokens=40_000, n_features=20, expansion=4, k=16
+    cache_tokens=120_000,
+    train_tokens=110_000,
+    index_tokens=40_000,
+    n_features=20,
+    expansion=4,
+    k=16,
+    attribute_features=2,
+    attribute_examples=1,
+    steering_alphas="5",
+    interaction_budget=300,
 )
 
 
@@ -74,25 +106,86 @@ def stage_args(args: list[str]) -> list[str]:
     return args
 
 
-def _run(step: str, args: list[str], log_dir: Path) -> str:
+@dataclass(frozen=True)
+class StageTime:
+    """The real cost of one demo stage: wall seconds and the CPU seconds (user + sys) of its process."""
+
+    stage: str
+    wall_s: float
+    cpu_s: float
+    ok: bool
+
+
+STAGE_TIMES_FILE = "stage_times.json"
+# The stages of the current run_demo, in the order they ran (rewritten to the run folder after each one).
+_stage_times: list[StageTime] = []
+
+
+def _record_stage(step: str, started: float, before: resource.struct_rusage, ok: bool, run_dir: Path) -> None:
+    """Record a finished stage's wall time and its child's CPU time (RUSAGE_CHILDREN delta) and save the table."""
+    wall = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    _stage_times.append(StageTime(step, wall, cpu, ok))
+    write_stage_times(_stage_times, run_dir / STAGE_TIMES_FILE)
+
+
+def write_stage_times(times: list[StageTime], path: Path) -> None:
+    """The stage table as JSON: one record per stage that ran, plus the totals."""
+    payload = {
+        "stages": [
+            {"stage": t.stage, "wall_s": round(t.wall_s, 2), "cpu_s": round(t.cpu_s, 2), "ok": t.ok}
+            for t in times
+        ],
+        "total_wall_s": round(sum(t.wall_s for t in times), 2),
+        "total_cpu_s": round(sum(t.cpu_s for t in times), 2),
+        "cpu_count": os.cpu_count(),
+    }
+    path.write_text(json.dumps(payload, indent=2) + "\n")
+
+
+def format_stage_times(times: list[StageTime]) -> str:
+    """The stage table as text: wall and CPU (user + sys) seconds per stage that ran, and the totals."""
+    width = max([len(t.stage) for t in times] + [len("total")])
+    lines = [f"  {'stage':<{width}}  {'wall s':>8}  {'CPU s':>8}  {'CPU/wall':>8}"]
+    for t in [*times, StageTime("total", sum(t.wall_s for t in times), sum(t.cpu_s for t in times), True)]:
+        ratio = t.cpu_s / t.wall_s if t.wall_s > 0 else 0.0
+        note = "" if t.ok else "  (failed)"
+        lines.append(f"  {t.stage:<{width}}  {t.wall_s:>8.1f}  {t.cpu_s:>8.1f}  {ratio:>8.2f}{note}")
+    return "\n".join(lines)
+
+
+def _run(step: str, args: list[str], log_dir: Path, timeout_s: float | None = None) -> str:
     """Run one `workbench` command; stream its progress to the terminal (none after --no-progress) and return its
-    stdout."""
+    stdout. A command past `timeout_s` is stopped (DemoStepError; what it stored stays)."""
     args = stage_args(args)
     typer.secho(f"\n▶ {step}: workbench {' '.join(args)}", bold=True)
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "sae_workbench", *args],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=os.environ.copy(),
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "sae_workbench", *args],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=os.environ.copy(),
+            timeout=timeout_s,
+        )
+    except subprocess.TimeoutExpired as err:
+        _record_stage(step, started, before, False, log_dir.parent)
+        out = err.stdout.decode() if isinstance(err.stdout, bytes) else (err.stdout or "")
+        (log_dir / f"{step}.log").write_text(out)
+        raise DemoStepError(
+            f"demo step {step!r} passed its {timeout_s:.0f} s budget and was stopped (what it stored is kept; "
+            "rerun the demo to resume it)"
+        ) from None
+    _record_stage(step, started, before, proc.returncode == 0, log_dir.parent)
     (log_dir / f"{step}.log").write_text(proc.stdout)
     sys.stdout.write(proc.stdout)
     if proc.returncode != 0:
         raise DemoStepError(
             f"demo step {step!r} failed (exit {proc.returncode}); its output is in {log_dir / step}.log"
         )
-    typer.echo(f"  ({step}: {time.perf_counter() - started:.0f} s)")
+    typer.echo(f"  ({step}: {_stage_times[-1].wall_s:.0f} s wall, {_stage_times[-1].cpu_s:.0f} s CPU)")
     return proc.stdout
 
 
@@ -103,10 +196,12 @@ def _sae_id(sae_dir: Path, model: str, hook: str) -> str:
     return sae_id_of(load_sae(sae_dir), model, hook, sae_dir)
 
 
-def run_demo(cfg: DemoConfig, run_dir: Path) -> Path:
-    """Run every stage into `run_dir` and print a summary; return the store path."""
+def run_demo(cfg: DemoConfig, run_dir: Path, llm: bool = False) -> Path:
+    """Run every stage into `run_dir` and print a summary; return the store path. `llm`: also explain a few features
+    with one-shot, tree and PRISM and score them with detection and simulation on a real LLM (`_run_llm_stages`)."""
     from sae_workbench.llm.config import endpoint_status
 
+    _stage_times.clear()
     run_dir.mkdir(parents=True, exist_ok=True)
     logs = run_dir / "logs"
     logs.mkdir(exist_ok=True)
@@ -141,8 +236,6 @@ def run_demo(cfg: DemoConfig, run_dir: Path) -> Path:
 
     explainers = ["lexical"]
     status = endpoint_status()
-    if status.configured:
-        explainers += ["oneshot", "tree", "prism"]
     typer.echo(f"\nLLM endpoint: {status.notice}")
     for explainer in explainers:
         _run(
@@ -180,6 +273,8 @@ def run_demo(cfg: DemoConfig, run_dir: Path) -> Path:
                 ],
                 logs,
             )
+    llm_note = _run_llm_stages(cfg, store, sae_id, run_dir, logs, llm) if llm else ""
+    _run_attribution(cfg, store, sae_id, sae_dir, logs)
     absorption_args = ["absorption", "--sae", str(sae_dir), "--model", cfg.model, "--store", str(store)]
     absorption_args += ["--json", str(run_dir / "absorption.json"), "--min-letters", str(cfg.min_letters)]
     # bfloat16 reads the probe residuals ~2× faster on CPU and changes layer-3 activations by 0.8% (design.md).
@@ -191,9 +286,133 @@ def run_demo(cfg: DemoConfig, run_dir: Path) -> Path:
     except DemoStepError as err:
         typer.secho(f"absorption skipped: {err}", fg="yellow")
     report = _run("report", ["report", "--store", str(store), "--sae", sae_id, "--features", features], logs)
-    (run_dir / "report.md").write_text(report)
+    (run_dir / "report.md").write_text(llm_note + report)
     _print_summary(sae_dir, run_dir, store, sae_id)
+    typer.secho("\nStage times (real: wall clock, and CPU = user + sys of the stage's process):", bold=True)
+    typer.echo(format_stage_times(_stage_times))
+    typer.echo(f"  (also in {run_dir / STAGE_TIMES_FILE}; {os.cpu_count()} CPU cores)")
     return store
+
+
+def demo_features(store: Path, sae_id: str, n_explained: int, n: int) -> list[int]:
+    """The first `n` of the explained features (0..n_explained-1) that fire on the indexed windows."""
+    from sae_workbench.store import Store
+
+    table = Store.open(store, read_only=True).feature_table(sae_id)
+    fired = [
+        int(f)
+        for f, windows in zip(
+            table.column("feature").to_pylist(), table.column("n_windows_active").to_pylist(), strict=True
+        )
+        if f < n_explained and (windows or 0) > 0
+    ]
+    return fired[:n]
+
+
+LLM_EXPLAINERS = ("oneshot", "tree", "prism")
+LLM_SCORERS = ("detection", "simulation")
+
+
+def _run_llm_stages(cfg: DemoConfig, store: Path, sae_id: str, run_dir: Path, logs: Path, llm: bool) -> str:
+    """One-shot, tree and PRISM on the first `cfg.llm_features` features that fire, scored with detection and
+    simulation (random negatives) next to the lexical explanations of the same features, on the configured endpoint,
+    or else on a local llama-cpp-python server for SmolLM2-135M-Instruct started for these stages and stopped after
+    them (its log in `<out>/llm-server`). Each stage has `cfg.llm_stage_budget_s`; a stage that fails or passes it
+    is reported and skipped. Returns the note the report starts with (which model, its size, a smoke test)."""
+    import importlib.util
+
+    from sae_workbench.llm.config import endpoint_status
+
+    chosen = demo_features(store, sae_id, cfg.n_features, cfg.llm_features)
+    if not chosen:
+        typer.secho("LLM stages skipped: none of the explained features fires", fg="yellow")
+        return ""
+    status = endpoint_status()
+    server = None
+    if not status.configured:
+        if importlib.util.find_spec("llama_cpp") is None:
+            typer.secho("LLM stages skipped: no endpoint configured and llama-cpp-python is not installed "
+                        "(make venv installs it; or set WORKBENCH_LLM_MODEL/WORKBENCH_LLM_BASE_URL)", fg="yellow")  # fmt: skip
+            return ""
+        from sae_workbench.llm.server import LocalLLMServer, ServerSettings
+
+        typer.secho("\n▶ llm: starting a local llama-cpp-python server (SmolLM2-135M-Instruct)", bold=True)
+        server = LocalLLMServer(ServerSettings(), run_dir=run_dir / "llm-server").start()
+    saved = dict(os.environ)
+    try:
+        if server is not None:
+            os.environ.update(server.env())
+            model, size = server.model, _gguf_size(server.model_path)
+        else:
+            model, size = status.config.model if status.config else "?", "size not known to the workbench"
+        picked = ",".join(map(str, chosen))
+        common = ["--store", str(store), "--sae", sae_id, "--features", picked]
+        for explainer in LLM_EXPLAINERS:
+            _budgeted(f"explain-{explainer}", ["explain", *common, "--explainer", explainer], logs, cfg)
+        for scorer in LLM_SCORERS:
+            for explainer in ("lexical", *LLM_EXPLAINERS):
+                args = ["score", *common, "--scorer", scorer, "--negatives", "random_negative"]
+                _budgeted(f"score-{scorer}-{explainer}-llm", [*args, "--explainer", explainer], logs, cfg)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        if server is not None:
+            server.stop()
+    return (
+        f"LLM stages: model {model} ({size}) on features {picked}. A model this small is a smoke test that the "
+        "pipeline runs end to end on a real LLM, not a result: its explanations and scores say little about the "
+        "features.\n\n"
+    )
+
+
+def _budgeted(step: str, args: list[str], logs: Path, cfg: DemoConfig) -> None:
+    """Run an LLM stage within its time budget; a failure is reported and skipped."""
+    try:
+        _run(step, args, logs, timeout_s=cfg.llm_stage_budget_s)
+    except DemoStepError as err:
+        typer.secho(f"{step} skipped: {err}", fg="yellow")
+
+
+def _gguf_size(path: Path) -> str:
+    """A GGUF model's size as the report names it: parameters from the file name when it says (135M), and MB."""
+    import re
+
+    found = re.search(r"(\d+(?:\.\d+)?[MB])-", path.name)
+    params = f"{found.group(1)} parameters, " if found else ""
+    return f"{params}{path.stat().st_size / 1e6:.0f} MB GGUF {path.name}"
+
+
+def _run_attribution(cfg: DemoConfig, store: Path, sae_id: str, sae_dir: Path, logs: Path) -> None:
+    """Why a few features fire and what they do: DePass (tokens + components) with ablation and steering effects,
+    position-aware LRP, and ProxySPEX interactions when the `interactions` extra is installed. A failure is reported
+    and skipped (the rest of the demo does not depend on these)."""
+    import importlib.util
+
+    chosen = demo_features(store, sae_id, cfg.n_features, cfg.attribute_features)
+    if not chosen:
+        typer.secho("attribution skipped: none of the explained features fires", fg="yellow")
+        return
+    common = ["--store", str(store), "--sae", sae_id, "--sae-path", str(sae_dir)]
+    common += ["--features", ",".join(map(str, chosen)), "--examples", str(cfg.attribute_examples)]
+    depass = ["attribute", *common, "--method", "depass", "--levels", "tokens,components"]
+    stages = [
+        ("attribute-depass", [*depass, "--alphas", cfg.steering_alphas]),
+        ("attribute-pa_lrp", ["attribute", *common, "--method", "pa_lrp"]),
+    ]
+    if all(importlib.util.find_spec(m) is not None for m in ("shapiq", "lightgbm")):
+        picked = ",".join(map(str, chosen[: cfg.interaction_features]))
+        interactions = ["interactions", "--store", str(store), "--sae", sae_id, "--sae-path", str(sae_dir)]
+        interactions += ["--features", picked, "--quick", "--examples", "1"]
+        stages.append(("interactions", [*interactions, "--budget", str(cfg.interaction_budget)]))
+    else:
+        typer.echo(
+            "\n▶ interactions: skipped (install the `interactions` extra: pip install '.[interactions]')"
+        )
+    for step, args in stages:
+        try:
+            _run(step, args, logs)
+        except DemoStepError as err:
+            typer.secho(f"{step} skipped: {err}", fg="yellow")
 
 
 def _print_summary(sae_dir: Path, run_dir: Path, store: Path, sae_id: str) -> None:
@@ -237,6 +456,13 @@ def demo(
     fast: bool = typer.Option(False, help="A smaller, quicker run (fewer tokens, narrower SAE)."),
     model: options.Model = defaults.DEFAULT_MODEL,
     progress: options.Progress = True,
+    llm: bool | None = typer.Option(
+        None,
+        "--llm/--no-llm",
+        help="Explain a few features with one-shot, tree and PRISM and score them with detection and simulation on "
+        "a real LLM: the configured endpoint, else a local server for SmolLM2-135M-Instruct (default: on, off with "
+        "--fast).",
+    ),
 ) -> None:
     """Run the whole pipeline on the embedded default and print a summary (rerunning reuses what exists)."""
     del progress  # --no-progress silences the bars here and is passed on to every stage (_run)
@@ -245,4 +471,4 @@ def demo(
         from dataclasses import replace
 
         cfg = replace(cfg, model=model)
-    run_demo(cfg, out)
+    run_demo(cfg, out, llm=not fast if llm is None else llm)
