@@ -7,13 +7,11 @@ bins, seeded random draws, density/max/mean/quantiles/histogram against the rows
 """
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from sae_workbench.corpus import Corpus
 from sae_workbench.sae.feature_stats import compute_feature_stats
-from sae_workbench.sae.index_request import IndexConfig, IndexResult
+from sae_workbench.sae.index_request import IndexRequest, IndexResult
 from sae_workbench.store import Store
 from tests.examples import test_sampling as sampling
 from tests.sae import test_indexing as indexing
@@ -53,10 +51,9 @@ def test_feature_stats_hand_checked_on_partitioned(
     index = indexing.index_sae
     graduated: list[str] = []
 
-    def index_then_graduate(
-        store: Store, model: Any, sae: Any, hook: str, corpus: Corpus, n_tokens: int, cfg: IndexConfig
-    ) -> IndexResult:
-        result = index(store, model, sae, hook, corpus, n_tokens, cfg)
+    def index_then_graduate(store: Store, request: IndexRequest) -> IndexResult:
+        result = index(store, request)
+        model, sae, cfg = request.model, request.sae, request.config
         from_table = store.feature_table(result.sae_id)
         n = store.activation_count(result.sae_id)
         store.graduate(str(tmp_path / "root"))
