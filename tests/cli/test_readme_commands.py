@@ -207,3 +207,19 @@ def _code_block_lines() -> list[str]:
         elif in_block:
             lines.append(line.strip())
     return lines
+
+
+def test_store_section_names_every_table(tmp_path: Path) -> None:
+    """Every table a fresh store has (all migrations applied) is named in the README's "The store" section."""
+    from sae_workbench.store import Store
+
+    store = Store.open(tmp_path / "store.duckdb")
+    tables = {
+        r["table_name"] for r in store.query("SELECT table_name FROM information_schema.tables").to_pylist()
+    }
+    text = README.read_text()
+    section = text[text.index("## The store") :]
+    section = section[: section.index("\n## ", 1)]
+    named = set(re.findall(r"`([a-z_]+)`", section))
+    missing = sorted(tables - named)
+    assert not missing, f"tables the README's store section does not name: {missing}"
