@@ -2,9 +2,13 @@
 
     workbench demo                      # SmolLM2-135M + the offline corpus, everything under runs/demo
     workbench demo --fast               # a smaller run for a quick look (used by the tests on the tiny model)
+    workbench demo --no-llm             # without the LLM stages (--fast skips them unless given --llm)
 
-cache → train an SAE → index into the store → explain features (lexical; plus one-shot, tree and PRISM when an LLM
-endpoint is configured in the environment) → score with random and close negatives → attribute a few features
+cache → train an SAE → index into the store → explain features (lexical) → score with random and close negatives →
+LLM stages (one-shot, tree and PRISM on 3 features that fire, scored with detection and simulation next to their
+lexical explanations, on the configured endpoint or else on a local llama-cpp-python server for SmolLM2-135M-Instruct
+that the demo starts and stops; each stage within a budget of 900 s on 2 cores; the report names the model and its
+size and says that so small a model is a smoke test, not a result) → attribute a few features
 (DePass tokens + components with ablation/steering effects, position-aware LRP; ProxySPEX interactions when the
 `interactions` extra is installed) → absorption → summary → the table of real stage times (wall and CPU seconds,
 also in `<out>/stage_times.json`).
@@ -68,6 +72,11 @@ class DemoConfig:
     """Features given ProxySPEX interactions (`--quick`, one top example each) when the extra is installed."""
     interaction_budget: int = 1000
     """Masks per ProxySPEX method (the budget rule's floor, specs/attribution.md B.3)."""
+    llm_features: int = 3
+    """Features the LLM explainers (one-shot, tree, PRISM) explain and the LLM scorers score (the first that fire)."""
+    llm_stage_budget_s: float = 900.0
+    """Wall seconds one LLM stage may take (2 cores, SmolLM2-135M on the local server); a stage past it is stopped,
+    reported and skipped, and keeps what it stored (rerunning the demo resumes it)."""
 
 
 FAST = DemoConfig(
@@ -146,19 +155,29 @@ def format_stage_times(times: list[StageTime]) -> str:
     return "\n".join(lines)
 
 
-def _run(step: str, args: list[str], log_dir: Path) -> str:
+def _run(step: str, args: list[str], log_dir: Path, timeout_s: float | None = None) -> str:
     """Run one `workbench` command; stream its progress to the terminal (none after --no-progress) and return its
-    stdout."""
+    stdout. A command past `timeout_s` is stopped (DemoStepError; what it stored stays)."""
     args = stage_args(args)
     typer.secho(f"\n▶ {step}: workbench {' '.join(args)}", bold=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    proc = subprocess.run(
-        [sys.executable, "-m", "sae_workbench", *args],
-        stdout=subprocess.PIPE,
-        text=True,
-        env=os.environ.copy(),
-    )
+    try:
+        proc = subprocess.run(
+            [sys.executable, "-m", "sae_workbench", *args],
+            stdout=subprocess.PIPE,
+            text=True,
+            env=os.environ.copy(),
+            timeout=timeout_s,
+        )
+    except subprocess.TimeoutExpired as err:
+        _record_stage(step, started, before, False, log_dir.parent)
+        out = err.stdout.decode() if isinstance(err.stdout, bytes) else (err.stdout or "")
+        (log_dir / f"{step}.log").write_text(out)
+        raise DemoStepError(
+            f"demo step {step!r} passed its {timeout_s:.0f} s budget and was stopped (what it stored is kept; "
+            "rerun the demo to resume it)"
+        ) from None
     _record_stage(step, started, before, proc.returncode == 0, log_dir.parent)
     (log_dir / f"{step}.log").write_text(proc.stdout)
     sys.stdout.write(proc.stdout)
@@ -177,8 +196,9 @@ def _sae_id(sae_dir: Path, model: str, hook: str) -> str:
     return sae_id_of(load_sae(sae_dir), model, hook, sae_dir)
 
 
-def run_demo(cfg: DemoConfig, run_dir: Path) -> Path:
-    """Run every stage into `run_dir` and print a summary; return the store path."""
+def run_demo(cfg: DemoConfig, run_dir: Path, llm: bool = False) -> Path:
+    """Run every stage into `run_dir` and print a summary; return the store path. `llm`: also explain a few features
+    with one-shot, tree and PRISM and score them with detection and simulation on a real LLM (`_run_llm_stages`)."""
     from sae_workbench.llm.config import endpoint_status
 
     _stage_times.clear()
@@ -216,8 +236,6 @@ def run_demo(cfg: DemoConfig, run_dir: Path) -> Path:
 
     explainers = ["lexical"]
     status = endpoint_status()
-    if status.configured:
-        explainers += ["oneshot", "tree", "prism"]
     typer.echo(f"\nLLM endpoint: {status.notice}")
     for explainer in explainers:
         _run(
@@ -255,6 +273,7 @@ def run_demo(cfg: DemoConfig, run_dir: Path) -> Path:
                 ],
                 logs,
             )
+    llm_note = _run_llm_stages(cfg, store, sae_id, run_dir, logs, llm) if llm else ""
     _run_attribution(cfg, store, sae_id, sae_dir, logs)
     absorption_args = ["absorption", "--sae", str(sae_dir), "--model", cfg.model, "--store", str(store)]
     absorption_args += ["--json", str(run_dir / "absorption.json"), "--min-letters", str(cfg.min_letters)]
@@ -267,7 +286,7 @@ def run_demo(cfg: DemoConfig, run_dir: Path) -> Path:
     except DemoStepError as err:
         typer.secho(f"absorption skipped: {err}", fg="yellow")
     report = _run("report", ["report", "--store", str(store), "--sae", sae_id, "--features", features], logs)
-    (run_dir / "report.md").write_text(report)
+    (run_dir / "report.md").write_text(llm_note + report)
     _print_summary(sae_dir, run_dir, store, sae_id)
     typer.secho("\nStage times (real: wall clock, and CPU = user + sys of the stage's process):", bold=True)
     typer.echo(format_stage_times(_stage_times))
@@ -288,6 +307,79 @@ def demo_features(store: Path, sae_id: str, n_explained: int, n: int) -> list[in
         if f < n_explained and (windows or 0) > 0
     ]
     return fired[:n]
+
+
+LLM_EXPLAINERS = ("oneshot", "tree", "prism")
+LLM_SCORERS = ("detection", "simulation")
+
+
+def _run_llm_stages(cfg: DemoConfig, store: Path, sae_id: str, run_dir: Path, logs: Path, llm: bool) -> str:
+    """One-shot, tree and PRISM on the first `cfg.llm_features` features that fire, scored with detection and
+    simulation (random negatives) next to the lexical explanations of the same features, on the configured endpoint,
+    or else on a local llama-cpp-python server for SmolLM2-135M-Instruct started for these stages and stopped after
+    them (its log in `<out>/llm-server`). Each stage has `cfg.llm_stage_budget_s`; a stage that fails or passes it
+    is reported and skipped. Returns the note the report starts with (which model, its size, a smoke test)."""
+    import importlib.util
+
+    from sae_workbench.llm.config import endpoint_status
+
+    chosen = demo_features(store, sae_id, cfg.n_features, cfg.llm_features)
+    if not chosen:
+        typer.secho("LLM stages skipped: none of the explained features fires", fg="yellow")
+        return ""
+    status = endpoint_status()
+    server = None
+    if not status.configured:
+        if importlib.util.find_spec("llama_cpp") is None:
+            typer.secho("LLM stages skipped: no endpoint configured and llama-cpp-python is not installed "
+                        "(make venv installs it; or set WORKBENCH_LLM_MODEL/WORKBENCH_LLM_BASE_URL)", fg="yellow")  # fmt: skip
+            return ""
+        from sae_workbench.llm.server import LocalLLMServer, ServerSettings
+
+        typer.secho("\n▶ llm: starting a local llama-cpp-python server (SmolLM2-135M-Instruct)", bold=True)
+        server = LocalLLMServer(ServerSettings(), run_dir=run_dir / "llm-server").start()
+    saved = dict(os.environ)
+    try:
+        if server is not None:
+            os.environ.update(server.env())
+            model, size = server.model, _gguf_size(server.model_path)
+        else:
+            model, size = status.config.model if status.config else "?", "size not known to the workbench"
+        picked = ",".join(map(str, chosen))
+        common = ["--store", str(store), "--sae", sae_id, "--features", picked]
+        for explainer in LLM_EXPLAINERS:
+            _budgeted(f"explain-{explainer}", ["explain", *common, "--explainer", explainer], logs, cfg)
+        for scorer in LLM_SCORERS:
+            for explainer in ("lexical", *LLM_EXPLAINERS):
+                args = ["score", *common, "--scorer", scorer, "--negatives", "random_negative"]
+                _budgeted(f"score-{scorer}-{explainer}-llm", [*args, "--explainer", explainer], logs, cfg)
+    finally:
+        os.environ.clear()
+        os.environ.update(saved)
+        if server is not None:
+            server.stop()
+    return (
+        f"LLM stages: model {model} ({size}) on features {picked}. A model this small is a smoke test that the "
+        "pipeline runs end to end on a real LLM, not a result: its explanations and scores say little about the "
+        "features.\n\n"
+    )
+
+
+def _budgeted(step: str, args: list[str], logs: Path, cfg: DemoConfig) -> None:
+    """Run an LLM stage within its time budget; a failure is reported and skipped."""
+    try:
+        _run(step, args, logs, timeout_s=cfg.llm_stage_budget_s)
+    except DemoStepError as err:
+        typer.secho(f"{step} skipped: {err}", fg="yellow")
+
+
+def _gguf_size(path: Path) -> str:
+    """A GGUF model's size as the report names it: parameters from the file name when it says (135M), and MB."""
+    import re
+
+    found = re.search(r"(\d+(?:\.\d+)?[MB])-", path.name)
+    params = f"{found.group(1)} parameters, " if found else ""
+    return f"{params}{path.stat().st_size / 1e6:.0f} MB GGUF {path.name}"
 
 
 def _run_attribution(cfg: DemoConfig, store: Path, sae_id: str, sae_dir: Path, logs: Path) -> None:
@@ -364,6 +456,13 @@ def demo(
     fast: bool = typer.Option(False, help="A smaller, quicker run (fewer tokens, narrower SAE)."),
     model: options.Model = defaults.DEFAULT_MODEL,
     progress: options.Progress = True,
+    llm: bool | None = typer.Option(
+        None,
+        "--llm/--no-llm",
+        help="Explain a few features with one-shot, tree and PRISM and score them with detection and simulation on "
+        "a real LLM: the configured endpoint, else a local server for SmolLM2-135M-Instruct (default: on, off with "
+        "--fast).",
+    ),
 ) -> None:
     """Run the whole pipeline on the embedded default and print a summary (rerunning reuses what exists)."""
     del progress  # --no-progress silences the bars here and is passed on to every stage (_run)
@@ -372,4 +471,4 @@ def demo(
         from dataclasses import replace
 
         cfg = replace(cfg, model=model)
-    run_demo(cfg, out)
+    run_demo(cfg, out, llm=not fast if llm is None else llm)
