@@ -239,7 +239,7 @@ def _candidate_graph(cands: Candidates, d_a: int, d_b: int) -> tuple[np.ndarray,
     rows = np.concatenate([np.repeat(np.arange(d_a), ka), cands.b_to_a_BK.ravel()])
     cols = np.concatenate([cands.a_to_b_AK.ravel(), np.repeat(np.arange(d_b), kb)])
     sims = np.concatenate([cands.a_sim_AK.ravel(), cands.b_sim_BK.ravel()])
-    _, first = np.unique(rows * d_b + cols, return_index=True)
+    _, first = np.unique(rows * d_b + cols, return_index=True)  # sorted by (a, b)
     return rows[first], cols[first], sims[first]
 
 
@@ -259,8 +259,8 @@ def hungarian_sparse(cands: Candidates, d_a: int, d_b: int, similarity: str) -> 
     r, c = np.asarray(r, dtype=np.int64), np.asarray(c, dtype=np.int64)
     order = np.argsort(r)
     r, c = r[order], c[order]
-    sim_of = dict(zip((rows * d_b + cols).tolist(), sims.tolist(), strict=True))
-    matched = np.array([sim_of[int(x) * d_b + int(y)] for x, y in zip(r, c, strict=True)], dtype=np.float32)
+    keys = rows * d_b + cols  # ascending: _candidate_graph keeps np.unique's order
+    matched = sims[np.searchsorted(keys, r * d_b + c)].astype(np.float32)
     return Matching("hungarian", similarity, "sparse", r, c, matched)
 
 
