@@ -3,7 +3,9 @@ in one short write session, then drops the query caches so the page shows it."""
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 from sae_workbench.app.queries import BUSY_TIMEOUT_S, clear_caches
 from sae_workbench.app.settings import app_read_only
@@ -29,8 +31,21 @@ def writable(path: str) -> bool:
     return not app_read_only(Path(path))
 
 
+def page_window_ids(dash: Any) -> list[int]:
+    """The windows the feature page shows next to its hypothesis form: top examples, quantile bins and the first 10
+    of each negative sample (what a hypothesis's author may have read; held out when it is scored)."""
+    views = [*dash.top, *dash.quantiles, *(e for s in dash.samples for e in s.examples[:10])]
+    return sorted({int(v.window_id) for v in views})
+
+
 def submit_hypothesis(
-    path: str, sae_id: str, feature: int, text: str, rule_lines: str, author: str
+    path: str,
+    sae_id: str,
+    feature: int,
+    text: str,
+    rule_lines: str,
+    author: str,
+    shown_ids: Sequence[int] = (),
 ) -> StoredHypothesis:
     """Store a hand-written explanation as explainer `manual` (source "app") in one short write session.
 
@@ -45,6 +60,8 @@ def submit_hypothesis(
         )
     hypothesis = parse_hypothesis(text, parse_rule_lines(rule_lines))
     store = Store.open(path, busy_timeout_s=BUSY_TIMEOUT_S)
-    stored = store_hypothesis(store, sae_id, feature, hypothesis, author=author.strip(), source="app")
+    stored = store_hypothesis(
+        store, sae_id, feature, hypothesis, author=author.strip(), source="app", shown_ids=shown_ids
+    )
     clear_caches()
     return stored

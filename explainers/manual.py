@@ -114,20 +114,34 @@ def default_author() -> str:
 
 
 def store_hypothesis(
-    store: Store, sae_id: str, feature: int, hypothesis: Hypothesis, *, author: str, source: Source
+    store: Store,
+    sae_id: str,
+    feature: int,
+    hypothesis: Hypothesis,
+    *,
+    author: str,
+    source: Source,
+    shown_ids: Sequence[int] = (),
 ) -> StoredHypothesis:
-    """Store a hypothesis as a `manual` explanation of (SAE, feature), with provenance; idempotent per hypothesis."""
+    """Store a hypothesis as a `manual` explanation of (SAE, feature), with provenance; idempotent per hypothesis.
+    `shown_ids`: the windows its author was shown (the feature page's, or what `--seen` names), recorded as
+    `extra["shown_ids"]` so scoring holds them (and their documents) out of the test windows."""
     d_sae = store.get_sae(sae_id).d_sae  # UnknownSAEError for an unregistered SAE
     if not 0 <= int(feature) < d_sae:
         raise HypothesisError(f"feature {feature} is out of range: SAE {sae_id} has features 0…{d_sae - 1}")
     key = hypothesis_key(sae_id, feature, hypothesis)
     existed = store.has_explanation(key)
     provenance = {"author": author, "source": source, "submitted_at": datetime.now(UTC).isoformat()}
+    shown = sorted({int(i) for i in shown_ids})
+    if shown:
+        progress = store.index_progress(sae_id)
+        if progress is not None:
+            store.get_windows(progress.corpus, shown)  # an id the store does not hold fails here, before the write
     record = ExplanationRecord(
         sae_id=sae_id, feature=int(feature), explainer=MANUAL_EXPLAINER, explainer_version=MANUAL_VERSION,
         prompt_version="", llm_model="", llm_params={}, sampling={"source": "manual"}, example_ids=[],
         negative_ids=[], text=hypothesis.text, config_key=key,
-        rules=[r.to_dict() for r in hypothesis.rules] or None, extra={"provenance": provenance},
+        rules=[r.to_dict() for r in hypothesis.rules] or None, extra={"provenance": provenance, "shown_ids": shown},
     )  # fmt: skip
     return StoredHypothesis(store.add_explanation(record), key, not existed)
 

@@ -219,7 +219,9 @@ def show_hypothesis_form() -> None:
     if not submitted:
         return
     try:
-        stored = hypotheses.submit_hypothesis(path, sae.sae_id, feature, text, rules, author)
+        stored = hypotheses.submit_hypothesis(
+            path, sae.sae_id, feature, text, rules, author, hypotheses.page_window_ids(dash)
+        )
     except queries.WorkbenchError as err:
         st.error(f"{type(err).__name__}: {err}")
         return

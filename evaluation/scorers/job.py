@@ -191,7 +191,7 @@ class TestSetBuilder:
         provenance: dict[str, Any] = {
             **split.provenance(), "negative_source": cfg.negatives.value, "positive_ids": list(test.positives),
             "negative_ids": list(test.negatives), "test_windows_seen": seen, "negatives_fired": len(fired),
-            "fired_negative_ids": [r.window_id for r in fired],
+            "fired_negative_ids": [r.window_id for r in fired], "held_out": held.metrics(),
         }  # fmt: skip
         return TestRecords([*positives, *fired], negatives, provenance)
 

@@ -29,6 +29,12 @@ def hypothesis(
         help="Strength 0..5 of each --rule, in order (none: 5 for every rule).",
     ),
     author: str | None = typer.Option(None, "--author", help="Who states it (default: your login name)."),
+    seen: str = typer.Option(
+        "",
+        "--seen",
+        help="Window ids you read before writing it, comma-separated (e.g. from the app's feature page): scoring "
+        "holds them, their documents and near-duplicates out of the test windows.",
+    ),
 ) -> None:
     """Store a hand-written explanation of one feature as explainer `manual`, ready for `workbench score`."""
     from sae_workbench.explainers.manual import (
@@ -50,8 +56,12 @@ def hypothesis(
         )
     strengths = strength or [DEFAULT_STRENGTH] * len(rule)
     hyp = parse_hypothesis(text, list(zip(rule, strengths, strict=True)))
+    try:
+        shown = [int(s) for s in seen.replace(",", " ").split()]
+    except ValueError as err:
+        raise HypothesisError(f"--seen takes window ids separated by commas, not {seen!r}") from err
     stored = store_hypothesis(
-        Store.open(store), sae, feature, hyp, author=author or default_author(), source="cli"
+        Store.open(store), sae, feature, hyp, author=author or default_author(), source="cli", shown_ids=shown
     )
     what = "stored" if stored.created else "already stored"
     typer.echo(

@@ -249,3 +249,138 @@ def scored_windows(split: FeatureSplit, seen: Collection[int] = ()) -> Third:
     return Third(
         fill(split.test.positives, split.spare.positives), fill(split.test.negatives, split.spare.negatives)
     )
+
+
+# Issue 33: what an explanation's author was shown is held out by window, text, document, adjacency and near-duplicate
+# runs; a test window that fails any of these is replaced from the spares, then from the feature's next active windows.
+NEAR_DUPLICATE_TOKENS = 16
+"""Windows sharing this many consecutive identical tokens are near-duplicates (boilerplate); never on both sides."""
+RESERVE = 500
+"""Active windows beyond the drawn positives (in peak order) a test third may be topped up from."""
+
+
+@dataclass(frozen=True)
+class Shown:
+    """What an explanation's author was shown: window ids, their documents, texts and token runs."""
+
+    ids: frozenset[int]
+    """Window ids."""
+    documents: frozenset[str]
+    """Documents (the corpus's `source`) those windows start in."""
+    texts: frozenset[str]
+    """Their texts."""
+    runs: frozenset[tuple[int, ...]]
+    """Every run of NEAR_DUPLICATE_TOKENS consecutive tokens (BOS dropped) in them."""
+
+
+def _runs(tokens: np.ndarray) -> set[tuple[int, ...]]:
+    """The windows' NEAR_DUPLICATE_TOKENS-token runs (BOS dropped)."""
+    toks = [int(t) for t in tokens[1:]]
+    n = NEAR_DUPLICATE_TOKENS
+    return {tuple(toks[i : i + n]) for i in range(len(toks) - n + 1)}
+
+
+def shown_of(store: Store, corpus: str, window_ids: Collection[int]) -> Shown:
+    """The `Shown` of these windows (stored window ids: an unknown one raises the store's error)."""
+    ids = frozenset(int(i) for i in window_ids)
+    windows = store.get_windows(corpus, sorted(ids)) if ids else []
+    runs: set[tuple[int, ...]] = set()
+    for w in windows:
+        runs |= _runs(w.tokens)
+    return Shown(ids, frozenset(w.source for w in windows), frozenset(w.text for w in windows), frozenset(runs))
+
+
+@dataclass(frozen=True)
+class HeldOutTest:
+    """The test windows an explanation is scored on, none of them related to what its author was shown."""
+
+    third: Third
+    """Positives and negatives scored."""
+    seen: int
+    """Windows of the split's test third the author was shown (by id or identical text): replaced."""
+    excluded: dict[str, int]
+    """Candidate windows skipped, by reason: shown, same_text, same_document, adjacent, near_duplicate."""
+    short_positives: int
+    """Positives fewer than per_split (too few held-out windows: the corpus has too few documents)."""
+    short_negatives: int
+    """Negatives fewer than per_split."""
+    beyond_top_chunk: int
+    """Positives taken from active windows beyond the top chunk (its windows were all shown or related)."""
+
+    def metrics(self) -> dict[str, float]:
+        """What a score records about its held-out test third."""
+        return {"test_windows_seen": float(self.seen), "test_positives_short": float(self.short_positives),
+                "test_negatives_short": float(self.short_negatives),
+                "test_positives_beyond_top_chunk": float(self.beyond_top_chunk),
+                **{f"held_out_{k}": float(v) for k, v in self.excluded.items()}}  # fmt: skip
+
+
+def _reason(window: Any, shown: Shown) -> str:
+    """Why a candidate test window is not held out from `shown` ('' when it is)."""
+    wid = int(window.window_id)
+    if wid in shown.ids:
+        return "shown"
+    if window.text in shown.texts:
+        return "same_text"
+    if window.source in shown.documents:
+        return "same_document"
+    if wid - 1 in shown.ids or wid + 1 in shown.ids:
+        return "adjacent"
+    if shown.runs and not shown.runs.isdisjoint(_runs(window.tokens)):
+        return "near_duplicate"
+    return ""
+
+
+def held_out_test(
+    store: Store, sae_id: str, corpus: str, split: FeatureSplit, shown_ids: Collection[int]
+) -> HeldOutTest:
+    """The split's test third with every window related to `shown_ids` (same window, text or document, adjacent, or
+    a NEAR_DUPLICATE_TOKENS-token run in common) replaced from the spares, then (positives) from the feature's next
+    active windows in peak order; what could not be replaced is reported short, never filled with a related window."""
+    shown = shown_of(store, corpus, shown_ids)
+    excluded = dict.fromkeys(("shown", "same_text", "same_document", "adjacent", "near_duplicate"), 0)
+    n = split.config.per_split
+    seen = 0
+
+    def pick(candidates: Sequence[int], test: set[int], want: int, kept: list[int]) -> None:
+        nonlocal seen
+        todo = [int(i) for i in candidates if int(i) not in kept]
+        for start in range(0, len(todo), 64):
+            if len(kept) >= want:
+                return
+            part = todo[start : start + 64]
+            for w in store.get_windows(corpus, part):
+                if len(kept) >= want:
+                    return
+                why = _reason(w, shown)
+                if not why:
+                    kept.append(int(w.window_id))
+                    continue
+                excluded[why] += 1
+                seen += int(w.window_id in test and why in ("shown", "same_text"))
+
+    positives: list[int] = []
+    negatives: list[int] = []
+    pos_test, neg_test = set(split.test.positives), set(split.test.negatives)
+    want_pos = min(n, len(split.test.positives))
+    want_neg = min(n, len(split.test.negatives))
+    with store.session():
+        pick([*split.test.positives, *split.spare.positives], pos_test, want_pos, positives)
+        beyond = 0
+        if len(positives) < want_pos:
+            drawn = {*split.train.positives, *split.valid.positives, *pos_test, *split.spare.positives}
+            maxima = store.window_maxima(sae_id, split.feature)
+            order = maxima.by_peak()
+            active = maxima.window_ids[order[maxima.values[order] > split.config.threshold]]
+            reserve = [int(i) for i in active if int(i) not in drawn][:RESERVE]
+            before = len(positives)
+            pick(reserve, pos_test, want_pos, positives)
+            beyond = len(positives) - before
+        pick([*split.test.negatives, *split.spare.negatives], neg_test, want_neg, negatives)
+    # a test window excluded for its own id/text counts as seen even when the pick stopped before reaching it
+    seen_ids = {i for i in (*pos_test, *neg_test) if i in shown.ids}
+    seen = max(seen, len(seen_ids))
+    return HeldOutTest(
+        Third(tuple(positives), tuple(negatives)), seen, excluded,
+        max(0, want_pos - len(positives)), max(0, want_neg - len(negatives)), beyond,
+    )  # fmt: skip

@@ -3,8 +3,8 @@
 Windows are 64 tokens (BOS + 63 word tokens), cut two per document (`doc{d}`, offsets 0 and 63), so window 2d and
 2d + 1 are adjacent and share a document. Feature 0 fires on the token " alpha" in both windows of the first
 `n_active_docs` documents, with the same value in both (1 + d / n_docs), so its top windows come in adjacent pairs
-from the same documents. Feature 1 fires on " beta" in the first `n_beta_windows` windows (all at one value), for
-splits with many equally active windows. Nothing here depends on a model or a tokenizer.
+from the same documents. Feature 1 fires on " beta" in the first window of each of the first `n_beta_windows`
+documents (all at one value: many equally active windows, one per document). Nothing here depends on a model or a tokenizer.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def build_docs_store(
             pos = 5 + (w * 7) % 50
             strings[w][pos] = " alpha"
             rows.append((ALPHA, w, pos, 1.0 + doc / n_docs))
-        if w < n_beta_windows:
+        if w < 2 * n_beta_windows and w % 2 == 0:
             pos = 40 + w % 20
             strings[w][pos] = " beta"
             rows.append((BETA, w, pos, 2.0))

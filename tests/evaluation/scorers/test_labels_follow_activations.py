@@ -23,20 +23,22 @@ def store(tmp_path: Path) -> Store:
 
 
 def test_a_random_negative_that_fires_is_labelled_by_its_activation(store: Store) -> None:
-    split = SplitConfig(negatives=NegativeSource.RANDOM, record_length=None)  # whole windows: a hit is never cropped
+    # whole windows (a hit is never cropped); 20 + 20 test records: a quarter of the windows fire
+    split = SplitConfig(negatives=NegativeSource.RANDOM, record_length=None, per_split=20)
     eid = store.add_explanation(explanation(BETA, split, example_ids=[]))
     (expl,) = [e for e in store.explanations(sae_id=SAE_ID) if e.id == eid]
-    tests = TestSetBuilder(store, SAE_ID, ScoreConfig("detection")).build(expl)
+    tests = TestSetBuilder(store, SAE_ID, ScoreConfig("detection", per_split=20)).build(expl)
     fired = tests.provenance["negatives_fired"]
-    assert fired > 0  # 200 of 800 windows fire: a random draw of 10 finds some (before: every one labelled negative)
+    assert fired > 0  # 200 of 800 windows fire: a random draw of 20 finds some (before: every one labelled negative)
     assert all(r.max_act == 0 for r in tests.negatives)
     assert all(r.max_act > 0 for r in tests.positives)
-    assert len(tests.positives) == 10 + fired and len(tests.negatives) == 10 - fired
+    drawn_pos, drawn_neg = tests.provenance["positive_ids"], tests.provenance["negative_ids"]
+    assert len(tests.positives) == len(drawn_pos) + fired and len(tests.negatives) == len(drawn_neg) - fired
     assert set(tests.provenance["fired_negative_ids"]) <= set(tests.provenance["negative_ids"])
 
     # The correct rule ("beta") now classifies every test record right; before, each fired negative was a false
     # positive against a label of False.
-    run_scoring(store, SAE_ID, ScoreConfig("detection"), progress=False)
+    run_scoring(store, SAE_ID, ScoreConfig("detection", per_split=20), progress=False)
     (score,) = store.scores(scorer="detection")
     assert score.metrics["balanced_accuracy"] == 1.0
     assert score.metrics["negatives_fired"] == fired
