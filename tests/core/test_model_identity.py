@@ -57,8 +57,25 @@ def test_the_known_fingerprint_and_structure_are_the_embedded_models(smollm2) ->
 
 
 def test_fingerprint_tells_weights_apart(tiny_model) -> None:
-    assert model_fingerprint(tiny_model) == model_fingerprint(tiny_model)
+    """Another load of the same weights (another object) agrees; other weights, or one changed embedding value among
+    the first FINGERPRINT_ROWS rows, do not; a change beyond those rows is not seen (it compared a value with itself
+    before)."""
+    import copy
+
+    import torch
+
+    from sae_workbench.model_identity import FINGERPRINT_ROWS
+
+    again = tiny_model_seeded(0)  # `load_model("tiny")` is tiny at seed 0
+    assert again is not tiny_model
+    assert model_fingerprint(again) == model_fingerprint(tiny_model)
     assert model_fingerprint(tiny_model) != model_fingerprint(tiny_model_seeded(1))
+    edited, beyond = copy.deepcopy(again), copy.deepcopy(again)
+    with torch.no_grad():
+        edited.W_E[FINGERPRINT_ROWS - 1, 0] += 1.0
+        beyond.W_E[FINGERPRINT_ROWS, 0] += 1.0
+    assert model_fingerprint(edited) != model_fingerprint(again)
+    assert model_fingerprint(beyond) == model_fingerprint(again)
 
 
 def tiny_model_seeded(seed: int):

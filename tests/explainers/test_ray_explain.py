@@ -120,16 +120,23 @@ def test_ray_backend_gives_the_local_rows(planted_pair, ray_cluster):
 @pytest.mark.slow
 def test_workers_serve_cached_answers_from_the_snapshot(planted_pair, tmp_path, ray_cluster):
     """A fresh store holding another store's LLM answers: the workers answer from the driver's snapshot of
-    llm_cache and the endpoint sees no call."""
-    local = Store.open(planted_pair[0])
-    path = tmp_path / "fresh.duckdb"
-    shutil.copy(planted_pair[0].with_name("pristine.duckdb"), path)
-    fresh = Store.open(path)
-    cached = local.query(
+    llm_cache and the endpoint sees no call. The answers come from a local run in this test (it skipped unless
+    test_ray_backend_gives_the_local_rows had filled the cache first)."""
+    pristine = planted_pair[0].with_name("pristine.duckdb")
+    source_path, path = tmp_path / "source.duckdb", tmp_path / "fresh.duckdb"
+    shutil.copy(pristine, source_path)
+    shutil.copy(pristine, path)
+    source, fresh = Store.open(source_path), Store.open(path)
+    with FakeLLM(responder=scripted()) as server:
+        llm = LLMConfig(model="fake", base_url=server.base_url, concurrency=2)
+        ExplainJob(
+            source, PLANTED_SAE, ExplainConfig("oneshot", negatives=NEGATIVES), llm, progress=False
+        ).run(range(5))
+        assert server.calls > 0
+    cached = source.query(
         "SELECT key, model, CAST(response AS VARCHAR) AS r, tokens FROM llm_cache"
     ).to_pylist()
-    if not cached:
-        pytest.skip("run with test_ray_backend_gives_the_local_rows (it fills the LLM cache)")
+    assert cached
     fresh.llm_cache_put_many([(c["key"], c["model"], json.loads(c["r"]), c["tokens"]) for c in cached])
     with FakeLLM(responder=scripted()) as server:
         llm = LLMConfig(model="fake", base_url=server.base_url, concurrency=2)
