@@ -1,0 +1,102 @@
+"""Throughput and tokens of the LLM explainers and scorers on the REAL local model (issue 32 item 8): the local
+llama-cpp-python server serving SmolLM2-135M-Instruct (`workbench llm serve`'s default: context 8192, one thread per
+answer, 2 requests in flight), on live features of the planted tiny-model store of the tests.
+
+    .venv/bin/python -m bench.llm_bench --features 3
+
+Rows: one-shot, tree (1 root, 1 child per node, width 1, depth 1: the smallest search) and PRISM (k 2) explaining
+`--features` features; detection and simulation scoring the one-shot explanations. Columns: explanations (or scores)
+per minute of wall time on this machine, LLM calls and prompt / completion tokens per feature as the server counted
+them (its GGUF tokenizer: the model's own), answers that parsed, and the cost of 1M features at a hosted price.
+The price is an assumption, stated in the output: gpt-4o-mini at $0.15 per 1M input tokens and $0.60 per 1M output
+tokens (OpenAI's pricing page, https://openai.com/api/pricing/, as listed from its July 2024 launch); another model
+reads the same token counts under different prices, and its tokenizer counts somewhat differently.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import tempfile
+import time
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from sae_workbench.evaluation.scorers.job import ScoreConfig, run_scoring, score_backends
+from sae_workbench.explainers.job import ExplainConfig, ExplainJob
+from sae_workbench.explainers.prism import PrismConfig, PrismExplainer
+from sae_workbench.explainers.tree import TreeConfig, TreeExplainer
+from sae_workbench.llm.cache import StoreCache
+from sae_workbench.llm.server import LocalLLMServer, ServerSettings
+from sae_workbench.models import load_model
+from sae_workbench.status import Status
+from tests.explainers.test_explain_support import PLANTED_SAE, build_planted_store
+
+PRICE_IN_PER_M = 0.15
+"""Assumed hosted price, USD per 1M input tokens (gpt-4o-mini, OpenAI pricing page, July 2024)."""
+PRICE_OUT_PER_M = 0.60
+"""Assumed hosted price, USD per 1M output tokens (same source)."""
+
+
+def _cost_per_million(prompt_per_feature: float, completion_per_feature: float) -> float:
+    """USD for 1M features at the assumed price."""
+    return prompt_per_feature * PRICE_IN_PER_M + completion_per_feature * PRICE_OUT_PER_M
+
+
+def _row(name: str, n: int, seconds: float, calls: int, prompt: int, completion: int, ok: int) -> str:
+    """One Markdown table row."""
+    per_min = 60.0 * ok / seconds if seconds > 0 else 0.0
+    p, c = prompt / max(n, 1), completion / max(n, 1)
+    return (f"| {name} | {n} | {ok} | {seconds:.0f} | {per_min:.2f} | {calls / max(n, 1):.1f} | {p:,.0f} | {c:,.0f} | "
+            f"${_cost_per_million(p, c):,.0f} |")  # fmt: skip
+
+
+def main() -> None:
+    """Start the server, explain and score a few features, print the table."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--features", type=int, default=3)
+    ap.add_argument("--max-tokens", type=int, default=512, help="completion budget per request")
+    args = ap.parse_args()
+    load0 = os.getloadavg()[0]
+    folder = Path(tempfile.mkdtemp(prefix="llm-bench-"))
+    store = build_planted_store(folder, load_model("tiny").tokenizer)
+    live = [f for f in range(5) if f != 2][: args.features]  # feature 2 of the planted store never fires
+    tree = TreeExplainer(ExplainConfig("tree", negatives="RANDOM_NEGATIVE").split(),
+                         search=replace(TreeConfig(), roots=1, branching=1, width=1, depth=1))  # fmt: skip
+    methods: list[tuple[str, Any]] = [
+        ("oneshot", ExplainConfig("oneshot", negatives="RANDOM_NEGATIVE")), ("tree", tree),
+        ("prism", PrismExplainer(PrismConfig(percentile=90.0, n_texts=10, k=2))),
+    ]  # fmt: skip
+    lines = ["| row | features | ok | wall s | ok per minute | calls / feature | prompt tokens / feature | "
+             "completion tokens / feature | 1M features at the assumed price |", "|---|---|---|---|---|---|---|---|---|"]  # fmt: skip
+    with LocalLLMServer(ServerSettings(), run_dir=folder / "llm-server") as server:
+        cfg = server.llm_config(max_tokens=args.max_tokens)
+        model = server.model
+        for name, method in methods:
+            t0 = time.perf_counter()
+            s = ExplainJob(store, PLANTED_SAE, method, cfg, progress=False, use_cache=False).run(live)
+            u = s.usage
+            lines.append(_row(f"explain {name}", len(live), time.perf_counter() - t0, u.calls, u.prompt_tokens,
+                              u.completion_tokens, s.explained))  # fmt: skip
+        for scorer in ("detection", "simulation"):
+            backends = score_backends(cfg, cache=StoreCache(store))
+            t0 = time.perf_counter()
+            result = run_scoring(store, PLANTED_SAE, ScoreConfig(scorer, "RANDOM_NEGATIVE"), backends,
+                                 explainer="oneshot", progress=False)  # fmt: skip
+            seconds = time.perf_counter() - t0
+            totals = backends.llm_client.ledger.total if backends.llm_client is not None else None
+            ok = sum(1 for sc in store.scores(sae_id=PLANTED_SAE, scorer=scorer) if sc.status is Status.OK)
+            lines.append(_row(f"score {scorer} (one-shot)", len(live), seconds, totals.calls if totals else 0,
+                              totals.prompt_tokens if totals else 0, totals.completion_tokens if totals else 0, ok))  # fmt: skip
+            del result
+    print(f"## LLM explainers and scorers on the real local model ({model}, 2 cores)\n")
+    print("\n".join(lines))
+    print(f"\nModel {model} on llama-cpp-python's server (context 8192, 1 thread per answer, 2 in flight); completion "
+          f"budget {args.max_tokens}; tokens as the server counted them (the model's GGUF tokenizer). Cost column: "
+          f"assumed gpt-4o-mini price ${PRICE_IN_PER_M}/1M input, ${PRICE_OUT_PER_M}/1M output tokens (OpenAI "
+          f"pricing page, July 2024) applied to these counts. Load average at start {load0:.1f}.")  # fmt: skip
+
+
+if __name__ == "__main__":
+    main()
