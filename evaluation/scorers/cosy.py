@@ -23,7 +23,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 import numpy as np
 import torch
@@ -52,6 +52,9 @@ from sae_workbench.explainers.prism import cluster_descriptions
 from sae_workbench.llm.client import LLMClient, LLMRequest
 from sae_workbench.status import Status
 from sae_workbench.store import ExplanationRecord, Store
+
+if TYPE_CHECKING:
+    from sae_workbench.corpus import Corpus
 
 COSY_SCORER_VERSION = "cosy-v1"
 
@@ -332,6 +335,31 @@ class CosyData:
     """Indexed windows (at most 5,000) the offline generator composes texts from."""
 
 
+class CosyControlError(ScoreConfigError):
+    """No control text could be read (the corpus ends where the indexed windows end)."""
+
+
+def read_control_texts(corpus: Corpus, tokenizer: Any, after_tokens: int, settings: CosyConfig) -> list[str]:
+    """Up to `settings.n_control` control texts of `settings.max_tokens` tokens each (BOS + max_tokens - 1 text
+    tokens, the cut every generated text gets: 512 in the paper preset), cut from the corpus after its first
+    `after_tokens` text tokens (the indexed windows'); CosyControlError when none is left."""
+    from sae_workbench.corpus import iter_windows
+
+    per_window = settings.max_tokens - 1
+    start = -(-after_tokens // per_window)  # the first whole window after the indexed text
+    control: list[str] = []
+    for batch in iter_windows(corpus, tokenizer, settings.max_tokens, start_window=start, batch_size=64):
+        control.extend(batch.texts)
+        if len(control) >= settings.n_control:
+            break
+    if not control:
+        raise CosyControlError(
+            f"no CoSy control text: {corpus.name} has no {settings.max_tokens}-token window after the "
+            f"{after_tokens} indexed tokens; index fewer windows or use a longer corpus"
+        )
+    return control[: settings.n_control]
+
+
 def load_cosy_data(
     store: Store,
     sae_id: str,
@@ -342,7 +370,7 @@ def load_cosy_data(
     """Load the model and the SAE at `sae_path` (which must be SAE `sae_id`), the control texts and the generator's
     windows of an indexed SAE; `step` announces each step."""
     say = step or (lambda _text: None)
-    from sae_workbench.corpus import default_bos_id, iter_windows, resolve_corpus
+    from sae_workbench.corpus import default_bos_id, resolve_corpus
     from sae_workbench.models import load_model
     from sae_workbench.sae.io import compute_sae_id, load_sae
     from sae_workbench.store import NotIndexedError
@@ -363,22 +391,17 @@ def load_cosy_data(
         )
     bos_id = default_bos_id(model.tokenizer)
     means = ModelFeatureMeans(model, record.hook, sae.encode, bos_id, max_tokens=settings.max_tokens)
-    # Control = a fixed held-out slice: the windows right after the indexed ones (never explained or scored).
+    # Control = a fixed held-out slice: the text right after the indexed windows (never explained or scored).
     corpus = resolve_corpus(progress.corpus)
-    control: list[str] = []
     say(f"reading {settings.n_control} control texts from {progress.corpus} (windows after the indexed ones)")
-    for batch in iter_windows(
-        corpus, model.tokenizer, progress.context_size, start_window=progress.next_window, batch_size=256
-    ):
-        control.extend(batch.texts)
-        if len(control) >= settings.n_control:
-            break
+    indexed_tokens = progress.next_window * (progress.context_size - 1)
+    control = read_control_texts(corpus, model.tokenizer, indexed_tokens, settings)
     ids = store.indexed_window_ids(sae_id)[:5000]
     snippets = [
         CorpusSnippet(w.window_id, tuple(w.token_strings[1:]))
         for w in store.get_windows(progress.corpus, ids)
     ]
-    return CosyData(means.for_feature, control[: settings.n_control], snippets)
+    return CosyData(means.for_feature, control, snippets)
 
 
 class CosyScorer(ScorerDefaults):

@@ -37,6 +37,7 @@ def explain(
     record_len: options.RecordLen = defaults.RECORD_LEN,
     preset: options.Preset = defaults.PRESET,
     embedding_model: options.EmbeddingModel = defaults.EMBEDDING_MODEL,
+    trust_remote_code: options.TrustRemoteCode = False,
     backend: options.Backend = defaults.DEFAULT_BACKEND,
     ray_address: options.RayAddress = None,
     ray_workers: options.RayWorkers = None,
@@ -50,6 +51,10 @@ def explain(
     from sae_workbench.store import Store
 
     check_llm_backend(backend, llm_qps)
+    if trust_remote_code:
+        from sae_workbench.embeddings import trust_remote_code as allow_remote_code
+
+        allow_remote_code()
     status = llm_options.llm_endpoint(
         llm_model, llm_base_url, api_key_env, max(1, concurrency), llm_timeout, llm_max_tokens, llm_context
     )

@@ -215,6 +215,14 @@ EmbeddingModel = Annotated[
         "result.",
     ),
 ]
+TrustRemoteCode = Annotated[
+    bool,
+    typer.Option(
+        "--trust-remote-code/--no-trust-remote-code",
+        help="Allow an embedding model that runs code from its own repository (the paper preset's "
+        "gte-Qwen2-1.5B-instruct); without it such a model is refused. Read the model's code first.",
+    ),
+]
 Explainer = Annotated[
     str | None,
     typer.Option(

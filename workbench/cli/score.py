@@ -69,6 +69,7 @@ def score(
     ),
     preset: options.Preset = defaults.PRESET,
     embedding_model: options.EmbeddingModel = defaults.EMBEDDING_MODEL,
+    trust_remote_code: options.TrustRemoteCode = False,
     progress: options.Progress = True,
     backend: options.Backend = defaults.DEFAULT_BACKEND,
     ray_address: options.RayAddress = None,
@@ -84,6 +85,10 @@ def score(
     from sae_workbench.store import Store
 
     check_llm_backend(backend, llm_qps)
+    if trust_remote_code:
+        from sae_workbench.embeddings import trust_remote_code as allow_remote_code
+
+        allow_remote_code()
     if preset == "paper" and record_len is None:
         record_len = defaults.RECORD_LEN  # tree paper: every record is 32 tokens, whatever the explanation saw
     length = defaults.RECORD_LEN if record_len is None else record_len

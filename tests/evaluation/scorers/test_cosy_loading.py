@@ -5,6 +5,7 @@ same components built by hand."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -14,8 +15,11 @@ from sae_workbench.evaluation.scorers.base import ScoreBackends, ScoreConfig, Sc
 from sae_workbench.evaluation.scorers.cosy import (
     CorpusRuleGenerator,
     CorpusSnippet,
+    CosyConfig,
+    CosyControlError,
     CosyScorer,
     ModelFeatureMeans,
+    read_control_texts,
 )
 from sae_workbench.evaluation.scorers.job import run_scoring, score_backends
 from sae_workbench.evaluation.scorers.registry import SCORERS, make_scorer
@@ -63,10 +67,13 @@ def test_cosy_loads_what_the_cli_used_to_build_and_scores_the_same(tiny_model, i
     assert isinstance(loaded, CosyScorer)
     # Each loading step without a bar of its own is announced (issue 19 item 4), in order.
     assert [s.split(" ")[:2] for s in steps] == [["loading", "model"], ["loading", "SAE"], ["reading", "8"]]
-    # Control = the 8 windows right after the 20 indexed ones, read here straight from the corpus.
+    # Control = 128-token windows (the default preset's cut) right after the 20 indexed 32-token ones, read here
+    # straight from the corpus: the first starts at the first 127-token boundary after 20 x 31 indexed tokens.
     corpus = resolve_corpus(str(corpus_path))
     after = next(
-        iter_windows(corpus, tiny_model.tokenizer, CONTEXT, start_window=INDEXED_WINDOWS, batch_size=8)
+        iter_windows(
+            corpus, tiny_model.tokenizer, 128, start_window=-(-INDEXED_WINDOWS * 31 // 127), batch_size=8
+        )
     )
     assert loaded.control_texts == list(after.texts)[:8]
     assert loaded.backend() == "corpus-rule-composer" and loaded.prompt_version() == ""
@@ -92,6 +99,27 @@ def test_cosy_loads_what_the_cli_used_to_build_and_scores_the_same(tiny_model, i
     (stored,) = store.scores(explanation_id=expl.id, scorer="cosy")
     assert stored.metrics == {**got.metrics, **got.details}  # one JSON object, as before the split
     assert stored.provenance["n_control"] == 8
+
+
+def test_control_texts_have_the_presets_length_and_none_is_a_typed_error(tiny_model, tmp_path: Path) -> None:
+    # Before: control texts were the index's own windows (32 tokens here, <= 127 on the demo) whatever the preset's
+    # cut (512 in the paper preset), and an exhausted corpus gave an empty control set silently.
+    corpus_path = tmp_path / "corpus.txt"
+    corpus_path.write_text(TEXT)
+    corpus = resolve_corpus(str(corpus_path))
+    tok = tiny_model.tokenizer
+    for settings in (CosyConfig(n_control=3, max_tokens=64), replace(CosyConfig.paper(), n_control=1)):
+        texts = read_control_texts(corpus, tok, 0, settings)
+        assert len(texts) == settings.n_control
+        assert all(
+            len(tok(t, add_special_tokens=False)["input_ids"]) >= settings.max_tokens - 2 for t in texts
+        )
+    # After the first 31 tokens the first 64-token control window starts at text token 63, not inside the index.
+    first = read_control_texts(corpus, tok, 31, CosyConfig(n_control=1, max_tokens=64))[0]
+    second = next(iter_windows(corpus, tok, 64, start_window=1, batch_size=1)).texts[0]
+    assert first == second
+    with pytest.raises(CosyControlError, match="no CoSy control text"):
+        read_control_texts(corpus, tok, 10**7, CosyConfig(n_control=3, max_tokens=64))
 
 
 def test_cosy_refuses_bad_inputs_before_loading(indexed, tmp_path: Path) -> None:
