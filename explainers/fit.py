@@ -7,7 +7,8 @@ Trim order (each step only while the prompt still does not fit):
   carries the records, and the latest turn are kept), then train records from the end of the list shown, down to
   one record;
 - one-shot (structured and free-text) and the tree's roots: records from the end, down to one;
-- simulation (`explainers.simulate.LLMSimulator`): records go out in chunks whose answer fits the completion budget,
+- simulation (`explainers.simulate.LLMSimulator`): records go out in chunks whose answer fits the completion budget
+  (sized at 4 answer tokens per predicted token),
   and a chunk whose prompt does not fit is halved, down to one record.
 A request that still does not fit raises `LLMContextOverflowError`, which fails that feature (not the job).
 
@@ -24,9 +25,11 @@ from sae_workbench.llm.request import LLMRequest
 
 T = TypeVar("T")
 
-# A prediction is an integer and a separator ("3, "): about 2 tokens in the BPE vocabularies here (SmolLM2 counts
-# "0, 0, 0" as 5 tokens); the brackets and key of each row add a few.
-ANSWER_TOKENS_PER_TOKEN = 2
+# A prediction is an integer and a separator ("3, "): 2 tokens when written tightly (SmolLM2 counts "0, 0, 0" as 5),
+# but JSON grammars allow whitespace between items and a small model uses it: SmolLM2-135M under llama.cpp's
+# json_object grammar filled a 511-token budget with 160 predictions (3.2 tokens each; real-LLM test, 2026-12-07).
+# So the chunks are sized at 4 tokens per prediction; the brackets of each row add a few.
+ANSWER_TOKENS_PER_TOKEN = 4
 ANSWER_TOKENS_PER_RECORD = 6
 ANSWER_TOKENS_BASE = 16
 
