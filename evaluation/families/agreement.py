@@ -134,8 +134,18 @@ def agreement_from_sums(sums: Any) -> Agreement:
 
 
 def flag_disagreement(
-    sim: np.ndarray, act_corr: np.ndarray, threshold: float, min_corr: float = MIN_AGREEING_CORR
+    sim: np.ndarray,
+    act_corr: np.ndarray,
+    threshold: float,
+    n_windows: np.ndarray | None = None,
+    min_corr: float = MIN_AGREEING_CORR,
 ) -> np.ndarray:
-    """Pairs that clear the similarity threshold but whose activations correlate below `min_corr` (or not at all)."""
+    """Pairs that clear the similarity threshold but whose activations correlate below `min_corr`. An undefined
+    correlation (one side never fires where the other does) counts as disagreement where `n_windows` says some
+    window saw either fire; pairs where neither ever fires are dead, counted apart, never flagged."""
     corr = np.asarray(act_corr, dtype=np.float64)
-    return (np.asarray(sim) >= threshold) & ~(np.nan_to_num(corr, nan=-np.inf) >= min_corr)
+    defined = ~np.isnan(corr)
+    low = defined & (np.where(defined, corr, 0.0) < min_corr)
+    if n_windows is not None:
+        low |= ~defined & (np.asarray(n_windows) > 0)
+    return (np.asarray(sim) >= threshold) & low

@@ -63,6 +63,9 @@ def match(
     progress: options.Progress = True,
 ) -> None:
     """Match features across SAEs of one hook (one-to-one, greedy, Sinkhorn); store, print curves and splits."""
+    import numpy as np
+
+    from sae_workbench.evaluation.families.agreement import MIN_AGREEING_CORR, flag_disagreement
     from sae_workbench.evaluation.families.job import (
         FamilyConfig,
         chain_runs_for,
@@ -124,7 +127,16 @@ def match(
         for s in report.runs:
             step(f"functional agreement {s.run.sae_a} -> {s.run.sae_b} ({s.run.method})")
             added = run_agreement(db, s.run, progress=progress)
-            typer.echo(f"agreement of {s.run.match_key}: {added} pairs computed")
+            g = db.agreement(s.run.match_key)
+            sims, corr = g.column("sim").to_numpy(), g.column("act_corr").to_numpy(zero_copy_only=False)
+            n_windows = np.asarray(g.column("n_windows").to_numpy(zero_copy_only=False), dtype=np.float64)
+            flagged = flag_disagreement(sims, np.asarray(corr, dtype=np.float64), threshold, n_windows)
+            typer.echo(
+                f"agreement of {s.run.match_key}: {added} pairs computed; median activation correlation "
+                f"{np.nanmedian(np.asarray(corr, dtype=np.float64)):.3f}; {int(flagged.sum())} of "
+                f"{int((sims >= threshold).sum())} pairs at cosine >= {threshold} flagged (correlation < "
+                f"{MIN_AGREEING_CORR}, or one side silent: similar weights, different activations)"
+            )
     if explainer is not None:
         for s in report.runs:
             if s.run.method == "greedy":

@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from sae_workbench.evaluation.families.agreement import THRESHOLDS, agreement_from_sums, shared_fraction_curve
+from sae_workbench.evaluation.families.agreement import (
+    THRESHOLDS,
+    agreement_from_sums,
+    flag_disagreement,
+    shared_fraction_curve,
+)
 from sae_workbench.evaluation.families.matching import make_directions, match
 from sae_workbench.evaluation.families.splitting import SPLIT_THRESHOLD, find_splits, split_tree
 from tests.evaluation.families.family_store import SPLIT_OFFSET, split_rows
@@ -76,3 +81,13 @@ def test_agreement_from_sums_is_pearson_and_jaccard() -> None:
     g = agreement_from_sums(sums)
     assert g.act_corr[0] == pytest.approx(np.corrcoef(x, y)[0, 1], rel=1e-9)
     assert g.top_jaccard[0] == pytest.approx(5 / 35)
+
+
+def test_flags_similar_weights_with_different_activations_but_not_dead_pairs() -> None:
+    sim = np.array([0.9, 0.9, 0.9, 0.9, 0.5])
+    corr = np.array([0.8, 0.1, np.nan, np.nan, 0.0])
+    n_windows = np.array(
+        [10, 10, 4, 0, 10]
+    )  # pair 2: one side silent where the other fires; pair 3: both dead
+    assert flag_disagreement(sim, corr, 0.7, n_windows).tolist() == [False, True, True, False, False]
+    assert flag_disagreement(sim, corr, 0.7).tolist() == [False, True, False, False, False]
