@@ -74,6 +74,8 @@ class ReportRow:
     """Mean test windows per feature the explainer had been shown (replaced from the split's spares before scoring;
     0 when explainer and scorer share the split and the explainer read only its train/valid thirds)."""
     negatives_fired: float = math.nan
+    circular: bool = False
+    """The embedding scorer judged with the model that ranked its close negatives (issue 33 item 4)."""
     """Mean drawn negatives per feature whose record fires (scored as positives: labels follow activations; only
     RANDOM and SIMILAR can draw them)."""
 
@@ -157,7 +159,7 @@ class CosyRow:
 def _values(store: Store, sae_id: str, features: set[int] | None):
     """{(explainer, scorer, source): {"ok": {feature: value}, "fp": [...], "failed": n}} from the store."""
     out: dict[tuple[str, str, str], dict] = defaultdict(
-        lambda: {"ok": {}, "fp": [], "failed": 0, "dead": 0, "seen": [], "fired": []}
+        lambda: {"ok": {}, "fp": [], "failed": 0, "dead": 0, "seen": [], "fired": [], "circular": False}
     )
     explanations = {e.id: e for e in store.explanations(sae_id=sae_id)}
     for s in store.scores(sae_id=sae_id):
@@ -178,6 +180,8 @@ def _values(store: Store, sae_id: str, features: set[int] | None):
             cell["fp"].append(float(s.metrics["false_positive_tokens"]))
         if "test_windows_seen" in s.metrics:
             cell["seen"].append(float(s.metrics["test_windows_seen"]))
+        if s.metrics.get("circular"):
+            cell["circular"] = True
         if "negatives_fired" in s.metrics:
             cell["fired"].append(float(s.metrics["negatives_fired"]))
     return out
@@ -207,6 +211,7 @@ def collect_rows(store: Store, sae_id: str, features: list[int] | None = None) -
                 cell["dead"],
                 seen,
                 fired,
+                bool(cell["circular"]),
             )
         )
     return rows
@@ -401,7 +406,8 @@ def render_markdown(
         "Higher is better for every metric except false-positive tokens. CI = 95% Student-t interval over features. "
         "Seen = test windows per feature the explainer had been shown, replaced before scoring (0 = the split's "
         "own test third). Neg. fired = drawn negatives per feature on which the feature fires, scored as positives "
-        "(labels follow activations).",
+        "(labels follow activations). (circular) = the embedding scorer ranked with the model that picked its close "
+        "negatives.",
         "",
         "| explainer | scorer | negatives | metric | mean | 95% CI | features | failed | FP tokens | dead | seen "
         "| neg. fired |",
@@ -410,7 +416,7 @@ def render_markdown(
     for r in rows:
         ci = f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]"
         lines.append(
-            f"| {r.explainer} | {r.scorer} | {r.negative_source or '–'} | {r.metric} | {_fmt(r.mean)} | {ci} | "
+            f"| {r.explainer} | {r.scorer}{' (circular)' if r.circular else ''} | {r.negative_source or '–'} | {r.metric} | {_fmt(r.mean)} | {ci} | "
             f"{r.n_features} | {r.n_failed} | {_fmt(r.false_positive_tokens, 1)} | {r.n_dead} | "
             f"{_fmt(r.test_windows_seen, 1)} | {_fmt(r.negatives_fired, 1)} |"
         )
@@ -502,6 +508,7 @@ def render_csv(
             "n_dead",
             "test_windows_seen",
             "negatives_fired",
+            "circular",
         ]
     )
     for r in rows:
@@ -520,6 +527,7 @@ def render_csv(
                 r.n_dead,
                 r.test_windows_seen,
                 r.negatives_fired,
+                r.circular,
             ]
         )
     for d in deltas:
