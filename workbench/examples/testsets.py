@@ -338,7 +338,8 @@ def held_out_test(
     a NEAR_DUPLICATE_TOKENS-token run in common) replaced from the spares, then (positives) from the feature's next
     active windows in peak order; what could not be replaced is reported short, never filled with a related window."""
     shown = shown_of(store, corpus, shown_ids)
-    excluded = dict.fromkeys(("shown", "same_text", "same_document", "adjacent", "near_duplicate"), 0)
+    reasons: tuple[str, ...] = ("shown", "same_text", "same_document", "adjacent", "near_duplicate")
+    excluded: dict[str, int] = dict.fromkeys(reasons, 0)
     n = split.config.per_split
     seen = 0
 
