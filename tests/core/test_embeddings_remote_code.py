@@ -8,6 +8,7 @@ gte-Qwen2's repository does; everything runs offline.
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -33,7 +34,7 @@ class TinyGteModel(Qwen2Model):
 
 
 @pytest.fixture()
-def tiny_gte(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+def tiny_gte(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
     """A folder with a 2-layer, 32-wide Qwen2, SmolLM2's tokenizer and an auto_map to its own modelling file."""
     from transformers import Qwen2Config, Qwen2Model
 

@@ -224,15 +224,31 @@ def test_fuzzing_mis_highlighted_positives_separate_correct_from_over_broad(plan
 
 
 @pytest.mark.slow
-def test_close_negatives_lower_embedding_scores(planted: Store) -> None:
-    # The embedding scorer compares whole-window texts: code windows without " def" look like the positives to
-    # MiniLM, so close negatives lower both explanations' AUROC (it cannot tell them apart as sharply).
+def test_embedding_scorer_ranks_the_correct_explanation_above_the_over_broad_one(planted: Store) -> None:
+    # Issue 33 item 4. Before (whole records embedded), under close negatives the correct explanation scored 0.12-0.22
+    # (below chance: MiniLM picked negatives that look more like "Python function definition" than the positives
+    # do) and lost to the over-broad one (0.23-0.32), seeds 0-1. The scorer now embeds the 9 tokens around each
+    # record's peak, where the keyword is: 0.92 vs 0.61-0.66.
     for source in ("RANDOM", "SIMILAR_NEGATIVE"):
         run_scoring(planted, SAE_ID, ScoreConfig("embedding", source), progress=False)
+        correct = _metric(planted, "embedding", source, "planted-correct", "auroc")
+        broad = _metric(planted, "embedding", source, "planted-broad", "auroc")
+        assert correct > max(broad, 0.8), (source, correct, broad)
+
+
+@pytest.mark.slow
+def test_close_negatives_lower_embedding_scores(planted: Store) -> None:
+    # Code windows without " def" look like the positives to MiniLM (it ranked them): close negatives lower the
+    # over-broad explanation's AUROC ("Python source code" fits them too) more than the correct one's (seed 0 with the
+    # 9-token crop: broad 0.85 -> 0.66, correct 0.92 -> 0.92; whole records lowered both, to 0.12 and 0.23).
+    for source in ("RANDOM", "SIMILAR_NEGATIVE"):
+        run_scoring(planted, SAE_ID, ScoreConfig("embedding", source), progress=False)
+    drop = {}
     for explainer in ("planted-correct", "planted-broad"):
         rand = _metric(planted, "embedding", "RANDOM", explainer, "auroc")
         close = _metric(planted, "embedding", "SIMILAR_NEGATIVE", explainer, "auroc")
-        assert close < rand, (explainer, rand, close)
+        drop[explainer] = rand - close
+    assert drop["planted-broad"] > max(drop["planted-correct"], 0.1), drop
 
 
 def test_scoring_is_resumable_and_records_failures_and_provenance(small: Store) -> None:
