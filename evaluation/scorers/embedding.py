@@ -130,7 +130,8 @@ class EmbeddingScorer(ScorerDefaults):
     @classmethod
     def from_backends(cls, config: ScoreConfig, backends: ScoreBackends) -> EmbeddingScorer:
         """The backends' (memoised) embedder."""
-        return cls(backends.embed(), backends.embedder_name())
+        name = backends.embedder_name()  # before embed(): it memoises the default as an unnamed function
+        return cls(backends.embed(), name)
 
     def backend(self) -> str:
         """The embedding model."""
@@ -143,4 +144,11 @@ class EmbeddingScorer(ScorerDefaults):
         pos = [record_crop(r, self.crop) for r in tests.positives]
         neg = [record_crop(r, self.crop) for r in tests.negatives]
         result = embedding_auroc(self.embed, scorable.text, pos, neg)
-        return ScoreOutcome(Status.OK, dict(result.to_dict()), self.headline)
+        metrics = dict(result.to_dict())
+        # Circular (issue 33 item 4): close negatives were ranked by this same embedding model, so it is judged on
+        # negatives it chose as closest to the positives. Recorded per score and shown by the report.
+        picked_by = str(tests.provenance.get("embedding_model") or "")
+        metrics["circular"] = float(
+            bool(picked_by) and picked_by.split("/")[-1] == self.embedder_name.split("/")[-1]
+        )
+        return ScoreOutcome(Status.OK, metrics, self.headline)
