@@ -385,6 +385,7 @@ def _score_table(path: str, version: tuple[int, ...], sae_id: str) -> pd.DataFra
                 "negative_source": s.negative_source or "(none)",
                 "metric": head[0],
                 "value": head[1],
+                "circular": bool(s.metrics.get("circular")),
             }
         )
     columns = [
@@ -396,16 +397,19 @@ def _score_table(path: str, version: tuple[int, ...], sae_id: str) -> pd.DataFra
         "negative_source",
         "metric",
         "value",
+        "circular",
     ]
     return pd.DataFrame(rows, columns=columns)
 
 
 def explainer_scorer_matrix(table: pd.DataFrame) -> pd.DataFrame:
-    """Mean headline metric per explainer (rows) × scorer/negative source (columns), with counts."""
+    """Mean headline metric per explainer (rows) × scorer/negative source (columns), with counts; a scorer judged
+    by the model that picked its close negatives (embedding under SIMILAR*) is named "(circular)"."""
     if table.empty:
         return pd.DataFrame()
+    circular = table["circular"].map({True: " (circular)", False: ""}) if "circular" in table else ""
     table = table.assign(
-        scorer_col=table["scorer"] + " · " + table["negative_source"] + " · " + table["metric"]
+        scorer_col=table["scorer"] + circular + " · " + table["negative_source"] + " · " + table["metric"]
     )
     means = table.pivot_table(index="explainer", columns="scorer_col", values="value", aggfunc="mean")
     means.columns = [str(c) for c in means.columns]
