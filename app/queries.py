@@ -407,7 +407,11 @@ def explainer_scorer_matrix(table: pd.DataFrame) -> pd.DataFrame:
     by the model that picked its close negatives (embedding under SIMILAR*) is named "(circular)"."""
     if table.empty:
         return pd.DataFrame()
-    circular = table["circular"].map({True: " (circular)", False: ""}) if "circular" in table else ""
+    circular = (
+        table["circular"].astype(bool).map(lambda c: " (circular)" if c else "")
+        if "circular" in table
+        else ""
+    )
     table = table.assign(
         scorer_col=table["scorer"] + circular + " · " + table["negative_source"] + " · " + table["metric"]
     )
