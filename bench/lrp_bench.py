@@ -132,7 +132,9 @@ def main() -> None:
     started = time.perf_counter()
     model = load_model("smollm2-135m")
     sae = _load_sae(model, args.sae)
-    filler = model.tokenizer.encode("#", add_special_tokens=False)
+    tokenizer = model.tokenizer
+    assert tokenizer is not None, "the bench needs the model's tokenizer"
+    filler = tokenizer.encode("#", add_special_tokens=False)
     assert len(filler) == 1, filler
     print(
         f"model + SAE ready in {time.perf_counter() - started:.0f} s (SAE d_sae={sae.cfg.d_sae}); filler {filler}"

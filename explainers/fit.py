@@ -63,7 +63,9 @@ def fewer_records(
 
 def answer_tokens(record_lengths: Sequence[int]) -> int:
     """Completion tokens an answer of per-token predictions for records of these lengths needs (an upper estimate)."""
-    return ANSWER_TOKENS_BASE + sum(ANSWER_TOKENS_PER_TOKEN * n + ANSWER_TOKENS_PER_RECORD for n in record_lengths)
+    return ANSWER_TOKENS_BASE + sum(
+        ANSWER_TOKENS_PER_TOKEN * n + ANSWER_TOKENS_PER_RECORD for n in record_lengths
+    )
 
 
 def answer_chunks(record_lengths: Sequence[int], budget: int) -> list[range]:

@@ -375,7 +375,9 @@ class ExplainJob:
                 out = await method.explain(inputs.data, ctx)
             except JOB_FATAL_ERRORS:
                 raise
-            except FEATURE_ERRORS as err:  # this feature fails (stored, retried on the next run); the job goes on
+            except (
+                FEATURE_ERRORS
+            ) as err:  # this feature fails (stored, retried on the next run); the job goes on
                 log.warning("feature %d failed: %s: %s", feature, type(err).__name__, err)
                 out = failed_explanation(err)
             out.extra["global_max"] = inputs.peak

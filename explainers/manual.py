@@ -136,7 +136,9 @@ def store_hypothesis(
     if shown:
         progress = store.index_progress(sae_id)
         if progress is not None:
-            store.get_windows(progress.corpus, shown)  # an id the store does not hold fails here, before the write
+            store.get_windows(
+                progress.corpus, shown
+            )  # an id the store does not hold fails here, before the write
     record = ExplanationRecord(
         sae_id=sae_id, feature=int(feature), explainer=MANUAL_EXPLAINER, explainer_version=MANUAL_VERSION,
         prompt_version="", llm_model="", llm_params={}, sampling={"source": "manual"}, example_ids=[],

@@ -174,7 +174,9 @@ class OneShotExplainer:
         """Rules and a sentence from the same records."""
         if ctx.client is None:
             raise ExplainJobError("the one-shot explainer needs an LLM client")
-        records, trimmed = await fitting_records(ctx.client, inputs.records, ctx.peak, self.rule_cap, tag=ctx.tag)
+        records, trimmed = await fitting_records(
+            ctx.client, inputs.records, ctx.peak, self.rule_cap, tag=ctx.tag
+        )
         out = await explain_oneshot(ctx.client, records, ctx.peak, self.rule_cap, tag=ctx.tag)
         shown = inputs.positive_ids[: len(records)]
         return Explanation(out.text, out.rules, shown, [], {"prompt_trims": [trimmed]} if trimmed else {})

@@ -100,7 +100,9 @@ class ExplainWorker:
                 out = failed_explanation(err)
             except Exception as err:  # reported to the driver, which stops the job
                 return Failure(type(err).__name__, str(err))
-            if self.client is not None:  # the driver stores the worker client's provenance (structured-output form)
+            if (
+                self.client is not None
+            ):  # the driver stores the worker client's provenance (structured-output form)
                 out.extra[PROVENANCE_KEY] = self.client.provenance()
             return Explained(out, self.ledger.for_tag(tag))
 

@@ -286,7 +286,9 @@ class LLMSimulator:
         if not records:
             return []
         chunks = answer_chunks([len(r) for r in records], self.client.config.max_tokens)
-        parts = await asyncio.gather(*(self._simulate_fitting(explanation, records[c.start : c.stop]) for c in chunks))
+        parts = await asyncio.gather(
+            *(self._simulate_fitting(explanation, records[c.start : c.stop]) for c in chunks)
+        )
         return [row for part in parts for row in part]
 
     async def _simulate_fitting(self, explanation: str, records: Sequence[Record]) -> list[np.ndarray]:

@@ -353,8 +353,12 @@ async def judge(scorer: Scorer, expl: ExplanationRecord, tests: TestRecords | No
         return ScoreOutcome.failed(Status.UNSCORABLE_EXPLANATION, error=str(err))
     except JOB_FATAL_ERRORS:
         raise
-    except FEATURE_ERRORS as err:  # this explanation's LLM failure: stored with its reason, retried on the next run
-        log.warning("explanation %s (feature %d) failed: %s: %s", expl.id, expl.feature, type(err).__name__, err)
+    except (
+        FEATURE_ERRORS
+    ) as err:  # this explanation's LLM failure: stored with its reason, retried on the next run
+        log.warning(
+            "explanation %s (feature %d) failed: %s: %s", expl.id, expl.feature, type(err).__name__, err
+        )
         info = failure_info(err)
         return ScoreOutcome.failed(llm_failure_status(err), error=info["reason"], error_type=info["error"])
     if outcome.status is Status.OK and tests is not None:

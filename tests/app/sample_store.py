@@ -21,7 +21,7 @@ MODEL = "tiny:0"
 XSS_LINE = 'Beware <script>alert("xss")</script> and <img src=x onerror=alert(1)> in the corpus.'
 # A PRISM cluster text as a corpus can hold it (issue 37 item 3): a blank line then indentation (which raw markdown
 # turns into a code block), tags, an ampersand, both quotes, brackets and a stray closing tag.
-PRISM_TRICKY_TEXT = 'if a < b and b > c:\n\n    x = "1 & 2" [0]\n\tprint(\'</div>\')'
+PRISM_TRICKY_TEXT = "if a < b and b > c:\n\n    x = \"1 & 2\" [0]\n\tprint('</div>')"
 SAMPLE_TEXT = "\n".join(
     [
         "In the beginning God created the heaven and the earth.",

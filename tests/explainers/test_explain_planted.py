@@ -3,8 +3,8 @@ improving on its roots, and the job's provenance/resume bookkeeping (PRISM at it
 
 import pytest
 
-from sae_workbench.explainers.job import ExplainConfig, ExplainJob, config_key
 from sae_workbench.examples.rule_language import parse_rule_text
+from sae_workbench.explainers.job import ExplainConfig, ExplainJob, config_key
 from sae_workbench.status import Status
 from tests.explainers.test_explain_support import (
     PLANTED_SAE,

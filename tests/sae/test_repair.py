@@ -15,15 +15,21 @@ from tests.sae.test_indexing import HOOK, TEXT, make_sae
 
 def workbench(*args: str) -> tuple[int, str]:
     """The real CLI in its own process: (exit status, stdout + stderr)."""
-    done = subprocess.run([sys.executable, "-m", "sae_workbench", *args], capture_output=True, text=True, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-m", "sae_workbench", *args], capture_output=True, text=True, timeout=300
+    )
     return done.returncode, done.stdout + done.stderr
 
 
 def rows(store_path: Path) -> tuple[list, list]:
     """Every activation row and every window, sorted (what the repaired store must answer again)."""
     s = Store.open(store_path, read_only=True)
-    acts = s.query("SELECT sae_id, feature, window_id, position, value FROM activations ORDER BY ALL").to_pylist()
-    wins = s.query('SELECT window_id, tokens, text, token_strings, source, "offset", mask FROM windows ORDER BY 1')
+    acts = s.query(
+        "SELECT sae_id, feature, window_id, position, value FROM activations ORDER BY ALL"
+    ).to_pylist()
+    wins = s.query(
+        'SELECT window_id, tokens, text, token_strings, source, "offset", mask FROM windows ORDER BY 1'
+    )
     return acts, wins.to_pylist()
 
 

@@ -43,7 +43,7 @@ def saved_with_record(folder: Path) -> tuple[Path, str]:
     return folder, sae_id
 
 
-def edit_weights(folder: Path, edit: Callable[[torch.Tensor], None]) -> None:
+def edit_weights(folder: Path, edit: Callable[[torch.Tensor], object]) -> None:
     """Change W_enc in place through `edit`, keeping every shape and the file's metadata (so its size)."""
     path = folder / WEIGHTS_FILENAME
     with safe_open(str(path), framework="pt") as fh:  # type: ignore[no-untyped-call]

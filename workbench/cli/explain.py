@@ -75,8 +75,12 @@ def explain(
         typer.echo(status.notice, err=True)
     st = Store.open(store)
     sae_row = st.get_sae(sae)
-    split = options.split_config(negatives, seed, record_len)  # the one split config, recorded with each explanation
-    config = ExplainConfig(name, split_config=split, rule_cap=rule_cap, preset=preset, embedding_model=embedding_model)
+    split = options.split_config(
+        negatives, seed, record_len
+    )  # the one split config, recorded with each explanation
+    config = ExplainConfig(
+        name, split_config=split, rule_cap=rule_cap, preset=preset, embedding_model=embedding_model
+    )
     remote = None
     if backend == "ray":
         from sae_workbench.explainers.ray_backend import RayExplainBackend

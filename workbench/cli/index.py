@@ -94,7 +94,9 @@ def index(
         force=force_model,
     )
     if not identified.by_name and identified.sae_model is not None and identified.risk is None:
-        typer.echo(identified.message(), err=True)  # what identified a model the SAE names another way (a risk is logged)
+        typer.echo(
+            identified.message(), err=True
+        )  # what identified a model the SAE names another way (a risk is logged)
     cfg = IndexConfig(context_size=context_size, top_k=top_k, batch_size=batch_size)
     sae_dir = Path(sae).expanduser()
     # index_sae checks the hook and window size against the model and the SAE (once), and reads the SAE's id back

@@ -114,7 +114,9 @@ Corpus = Annotated[
         "--corpus", help="'default' (embedded), a .txt/.jsonl/.parquet file or folder, or hf:<dataset>."
     ),
 ]
-ContextSize = Annotated[int, typer.Option("--context-size", min=2, help="Window size in tokens, BOS included.")]
+ContextSize = Annotated[
+    int, typer.Option("--context-size", min=2, help="Window size in tokens, BOS included.")
+]
 ForwardBatch = Annotated[int, typer.Option("--batch-size", min=1, help="Windows per forward pass.")]
 Device = Annotated[str, typer.Option("--device", help="Torch device (cpu, cuda, cuda:1, mps).")]
 Seed = Annotated[int, typer.Option("--seed", help="Seed of every random choice.")]

@@ -90,7 +90,9 @@ def score(
 
         allow_remote_code()
     if preset == "paper" and record_len is None:
-        record_len = defaults.RECORD_LEN  # tree paper: every record is 32 tokens, whatever the explanation saw
+        record_len = (
+            defaults.RECORD_LEN
+        )  # tree paper: every record is 32 tokens, whatever the explanation saw
     length = defaults.RECORD_LEN if record_len is None else record_len
     split = options.split_config(negatives, seed, length, per_split)
     config = ScoreConfig(scorer=scorer, negatives=negatives, per_split=per_split, seed=seed,

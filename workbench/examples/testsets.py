@@ -287,7 +287,9 @@ def shown_of(store: Store, corpus: str, window_ids: Collection[int]) -> Shown:
     runs: set[tuple[int, ...]] = set()
     for w in windows:
         runs |= _runs(w.tokens)
-    return Shown(ids, frozenset(w.source for w in windows), frozenset(w.text for w in windows), frozenset(runs))
+    return Shown(
+        ids, frozenset(w.source for w in windows), frozenset(w.text for w in windows), frozenset(runs)
+    )
 
 
 @dataclass(frozen=True)

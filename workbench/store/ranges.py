@@ -164,7 +164,9 @@ class IndexRanges(StoreBase):
                     f"FROM read_parquet({_literal(staged.activations_file)})",
                     [sae_id],
                 ).fetchall()
-            conn.execute("DELETE FROM index_steps WHERE sae_id = ?", [sae_id]).fetchall()  # statistics are stale
+            conn.execute(
+                "DELETE FROM index_steps WHERE sae_id = ?", [sae_id]
+            ).fetchall()  # statistics are stale
             conn.execute(
                 "INSERT INTO index_ranges (sae_id, range_start, range_end, n_tokens, n_rows, files, config_hash) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?)",

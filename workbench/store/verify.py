@@ -106,17 +106,24 @@ class Verification(PartitionRepair):
                 if total != n_rows:
                     report.faults.append(f"{what}: its files record {total} rows, the ledger {n_rows}")
                 if left:
-                    report.faults.append(f"{what}: {left} rows are also left in the store file's {table} table")
+                    report.faults.append(
+                        f"{what}: {left} rows are also left in the store file's {table} table"
+                    )
                 report.checked.append(f"{what}: {len(recorded)} files, {n_rows:,} rows")
 
     def _verify_index_runs(self, report: VerifyReport) -> None:
         """Finalized runs: nothing left in staging, statistics and neighbours recorded as finished."""
         with self._conn() as conn:
             runs = conn.execute("SELECT sae_id, finalized, config FROM index_runs ORDER BY sae_id").fetchall()
-            steps = {(str(r[0]), str(r[1])) for r in conn.execute("SELECT sae_id, step FROM index_steps").fetchall()}
+            steps = {
+                (str(r[0]), str(r[1]))
+                for r in conn.execute("SELECT sae_id, step FROM index_steps").fetchall()
+            }
         for sae_id, finalized, config in runs:
             if not finalized:
-                report.checked.append(f"index of {sae_id}: not finished (rerun `workbench index` to finish it)")
+                report.checked.append(
+                    f"index of {sae_id}: not finished (rerun `workbench index` to finish it)"
+                )
                 continue
             staged = self.activation_count(str(sae_id), staged=True)
             if staged:

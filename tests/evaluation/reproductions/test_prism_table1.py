@@ -45,7 +45,10 @@ def test_ci_has_the_prism_data() -> None:
     skipping them (outside CI they skip as before)."""
     if not IN_CI:
         pytest.skip("not CI: the Table 1 tests skip without the data")
-    assert DATA.is_dir(), f"CI=true but the PRISM result CSVs are not at {DATA}: the Table 1 tests would all skip"
+    assert DATA.is_dir(), (
+        f"CI=true but the PRISM result CSVs are not at {DATA}: the Table 1 tests would all skip"
+    )
+
 
 # Table 1 as printed: (model, method) → (AUC "mean (95% CI)", MAD "mean±SD").
 TABLE1 = {

@@ -29,7 +29,9 @@ def test_a_random_negative_that_fires_is_labelled_by_its_activation(store: Store
     (expl,) = [e for e in store.explanations(sae_id=SAE_ID) if e.id == eid]
     tests = TestSetBuilder(store, SAE_ID, ScoreConfig("detection", per_split=20)).build(expl)
     fired = tests.provenance["negatives_fired"]
-    assert fired > 0  # 200 of 800 windows fire: a random draw of 20 finds some (before: every one labelled negative)
+    assert (
+        fired > 0
+    )  # 200 of 800 windows fire: a random draw of 20 finds some (before: every one labelled negative)
     assert all(r.max_act == 0 for r in tests.negatives)
     assert all(r.max_act > 0 for r in tests.positives)
     drawn_pos, drawn_neg = tests.provenance["positive_ids"], tests.provenance["negative_ids"]
