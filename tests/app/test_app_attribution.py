@@ -31,7 +31,7 @@ def test_feature_page_shows_planted_depass_shares_heads_and_effects(sample: Samp
         "feature", sample.path, monkeypatch, sae=sample.sae_id, feature=str(sample.explained_feature)
     )
     md = markdown_text(at)
-    assert [s.value for s in at.subheader] == ["Why it fires", "Interactions"]
+    assert [s.value for s in at.subheader] == ["Why it fires", "Interactions", "Across SAEs"]
     store = Store.open(sample.path, read_only=True)
     corpus = store.index_progress(sample.sae_id).corpus  # type: ignore[union-attr]
     window = store.get_windows(corpus, [sample.attributed_window])[0]

@@ -33,7 +33,13 @@ def test_sweep_measures_planted_polysemanticity_and_the_cli_reports_it(tmp_path,
         assert all(len(rows[i].rules or []) <= cap for cap, i in result.explanation_ids[f].items())
     assert all(math.isnan(v) for v in result.scores[2].values())  # dead feature: never scored
     assert result.polysemanticity[2] is None
-    assert result.polysemanticity[3] == 1 and result.scores[3][1] > 0.9
+    # Feature 3 fires on every "lord" token (LORD and Lord). Since the test third holds out whole documents (issue
+    # 33), 8 of its 10 test positives come from beyond the top chunk, where "Lord" appears and the one-rule
+    # explanation learned on the top windows ("LORD") misses it: the score is ~0.67 (it was > 0.9 while the test
+    # windows shared documents with the training ones). More rules do not help, so one rule still reaches 0.9 of
+    # the best score over caps: polysemanticity 1.
+    assert result.polysemanticity[3] == 1 and result.scores[3][1] > 0.5
+    assert result.scores[3][1] >= 0.9 * max(result.scores[3].values())
     assert result.polysemanticity[4] is not None and result.polysemanticity[4] > 1
     assert max(result.scores[4].values()) > result.scores[4][1] / 0.9  # the measure, recomputed by hand
     assert result.polysemanticity == {f: tree_polysemanticity(s) for f, s in result.scores.items()}
