@@ -120,6 +120,11 @@ def test_pipeline_end_to_end_and_idempotent(tmp_path: Path) -> None:
         for scorer in RECORD_SCORERS:
             for source in ("RANDOM_NEGATIVE", "SIMILAR_NEGATIVE"):
                 assert (explainer, scorer, source) in cells, (explainer, scorer, source)
+            if scorer == "embedding":
+                # Open (stop 28 note): since the embedding scorer embeds the crop around each record's peak and
+                # marks close-negative rows circular (issue 33 item 4), this tiny pipeline's report has no
+                # embedding close-random delta row; both source rows are still checked above.
+                continue
             assert (explainer, scorer, "SIMILAR_NEGATIVE-RANDOM_NEGATIVE") in cells, (explainer, scorer)
         assert (explainer, "cosy", "") in cells
     assert ("prism", "polysemanticity", "") in cells
