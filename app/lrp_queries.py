@@ -11,9 +11,8 @@ from typing import NamedTuple
 
 import streamlit as st
 
-from sae_workbench.app.queries import _open, store_version  # pyright: ignore[reportPrivateUsage]
+from sae_workbench.app.queries import _open, store_version, windows_of_rows  # pyright: ignore[reportPrivateUsage]
 from sae_workbench.app.settings import CACHE_TTL_S
-from sae_workbench.store.errors import StoreError
 
 LRP_NOTE = {
     "pa_lrp": "PA-LRP conserves T = pre-activation − SAE constant: tokens + positions + biases + softmax leak = T.",
@@ -60,14 +59,7 @@ def _feature_lrp(path: str, version: tuple[int, ...], sae_id: str, feature: int)
     store = _open(path)
     with store.session():
         rows = store.lrp_attributions(sae_id, feature)
-        progress = store.index_progress(sae_id)
-        ids = sorted({r.window_id for r in rows if r.window_id is not None})
-        windows = {}
-        if ids and progress is not None:
-            try:
-                windows = {w.window_id: w for w in store.get_windows(progress.corpus, ids)}
-            except StoreError:
-                windows = {}
+        windows = windows_of_rows(store, sae_id, rows)
     out: list[LrpView] = []
     for row in rows:
         res = row.result

@@ -12,7 +12,7 @@ writer holds the lock longer than `BUSY_TIMEOUT_S`, `StoreBusyError` reaches the
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -509,14 +509,7 @@ def _feature_attributions(
         token_rows = store.attributions(sae_id, feature, level="tokens", method="depass")
         component_rows = store.attributions(sae_id, feature, level="components", method="depass")
         effects = [(e.kind, e.result) for e in store.effects(sae_id, feature)]
-        progress = store.index_progress(sae_id)
-        ids = sorted({r.window_id for r in token_rows if r.window_id is not None})
-        windows = {}
-        if ids and progress is not None:
-            try:
-                windows = {w.window_id: w for w in store.get_windows(progress.corpus, ids)}
-            except StoreError:
-                windows = {}
+        windows = windows_of_rows(store, sae_id, token_rows)
     tokens: list[TokenShareView] = []
     for row in token_rows:
         res = row.result
@@ -595,3 +588,15 @@ def _feature_interactions(
         )
         for r in rows
     ]  # fmt: skip
+
+
+def windows_of_rows(store: Store, sae_id: str, rows: Sequence[Any]) -> dict[int, Any]:
+    """The indexed windows that attribution rows (DePass's or LRP's) name, by id; empty when unreadable."""
+    progress = store.index_progress(sae_id)
+    ids = sorted({r.window_id for r in rows if r.window_id is not None})
+    if not ids or progress is None:
+        return {}
+    try:
+        return {w.window_id: w for w in store.get_windows(progress.corpus, ids)}
+    except StoreError:
+        return {}
