@@ -49,7 +49,7 @@ from sae_workbench.explainers.base import (
 )
 from sae_workbench.explainers.failures import PROVENANCE_KEY, explanation_status, failed_explanation
 from sae_workbench.explainers.registry import EXPLAINERS, make_explainer
-from sae_workbench.llm.config import LLMConfig, LLMNotConfiguredError
+from sae_workbench.llm.config import LLMConfig, LLMNotConfiguredError, config_provenance
 from sae_workbench.llm.errors import FEATURE_ERRORS, JOB_FATAL_ERRORS
 from sae_workbench.llm.usage import Usage, UsageLedger
 from sae_workbench.status import Status
@@ -388,7 +388,10 @@ class ExplainJob:
         if self.llm is not None:
             # the client's provenance: config params plus the structured-output form, context and token counter
             remote_params = out.extra.pop(PROVENANCE_KEY, None)
-            llm_params = client.provenance() if client is not None else remote_params or self.llm.params()
+            if status is Status.DEAD or (client is None and remote_params is None):  # no call was made
+                llm_params = config_provenance(self.llm)
+            else:
+                llm_params = client.provenance() if client is not None else remote_params
             llm_params["api_key_env"] = self.llm.api_key_env  # the variable's name only, never the key
         return ExplanationRecord(
             sae_id=self.sae_id, feature=int(feature), explainer=method.name,

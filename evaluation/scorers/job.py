@@ -59,7 +59,7 @@ from sae_workbench.examples.testsets import (
 )
 from sae_workbench.explainers.failures import failure_info, llm_failure_status
 from sae_workbench.llm.cache import ResponseCache
-from sae_workbench.llm.config import LLMConfig
+from sae_workbench.llm.config import LLMConfig, config_provenance
 from sae_workbench.llm.errors import FEATURE_ERRORS, JOB_FATAL_ERRORS
 from sae_workbench.llm.sync import blocking
 from sae_workbench.status import Status
@@ -220,10 +220,18 @@ async def run_scoring_async(
     for expl in tqdm(pending, desc=desc, disable=not progress):
         started = time.perf_counter()
         usage_before = backends.llm_usage() if backends.llm_usage else {}
-        # the client's provenance: model, structured-output form, context length and source, token counter
-        llm_params = backends.llm_client.provenance() if backends.llm_client is not None else None
+        client = backends.llm_client
+        llm_params = config_provenance(client.config) if client is not None else None
         provenance = base_provenance(scorer, keys[int(expl.id or 0)], llm_params)
-        outcome = await _score_one(scorer, expl, builder, provenance)
+        tests = tests_of(expl, builder, provenance)
+        if isinstance(tests, ScoreOutcome):  # recorded without a call: the settings as configured
+            outcome = tests
+        else:
+            outcome = await judge(scorer, expl, tests)
+            if (
+                client is not None
+            ):  # the client's provenance after its calls: form, context and its source, counter
+                provenance["llm_params"] = client.provenance()
         provenance["seconds"] = time.perf_counter() - started
         if backends.llm_usage:
             provenance["llm_usage"] = usage_delta(usage_before, backends.llm_usage())
@@ -366,13 +374,3 @@ async def judge(scorer: Scorer, expl: ExplanationRecord, tests: TestRecords | No
         outcome.metrics["negatives_fired"] = tests.provenance["negatives_fired"]
         outcome.metrics.update(tests.provenance["held_out"])
     return outcome
-
-
-async def _score_one(
-    scorer: Scorer, expl: ExplanationRecord, builder: TestSetBuilder | None, provenance: dict[str, Any]
-) -> ScoreOutcome:
-    """One explanation's outcome (its test records' provenance added to `provenance`)."""
-    tests = tests_of(expl, builder, provenance)
-    if isinstance(tests, ScoreOutcome):
-        return tests
-    return await judge(scorer, expl, tests)

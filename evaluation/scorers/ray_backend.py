@@ -49,7 +49,7 @@ from sae_workbench.evaluation.scorers.registry import make_scorer, scorer_class
 from sae_workbench.evaluation.scorers.results import ScoreJobResult
 from sae_workbench.faults import fail_point, worker_options
 from sae_workbench.llm.cache import CachedResponse
-from sae_workbench.llm.config import LLMConfig
+from sae_workbench.llm.config import LLMConfig, config_provenance
 from sae_workbench.llm.snapshot_cache import CacheEntry, SnapshotCache, cache_snapshot
 from sae_workbench.llm.sync import blocking
 from sae_workbench.ray_actors import BATCHES_PER_WORKER, DEFAULT_BATCH, Failure, limiter_actor, worker_gate
@@ -71,6 +71,8 @@ class Scored:
     """The LLM usage of this score (None offline)."""
     seconds: float
     """Time the worker spent on it."""
+    llm_params: dict[str, Any] | None = None
+    """The worker's client provenance after this score's calls (None offline)."""
 
 
 class ScoreWorker:
@@ -116,7 +118,9 @@ class ScoreWorker:
                     out.append(Failure(type(err).__name__, str(err)))
                     continue
                 delta = usage_delta(before, usage()) if usage else None
-                out.append(Scored(outcome, delta, time.perf_counter() - t0))
+                client = self.backends.llm_client
+                params = client.provenance() if client is not None else None
+                out.append(Scored(outcome, delta, time.perf_counter() - t0, params))
         return out, self.cache.drain()
 
 
@@ -158,7 +162,9 @@ async def run_scoring_ray_async(
     driver_backends = score_backends(llm, embedding_model=embedding_model, env=environ)  # keys only, no calls
     scorer = make_scorer(config, driver_backends)
     plan = plan_scoring(store, sae_id, config, scorer, explainer, features)
-    llm_params = llm.params() if llm is not None else None
+    llm_params = (
+        config_provenance(llm) if llm is not None else None
+    )  # replaced by the worker's after its calls
     tally = ScoreTally(scorer, config.negatives)
     ready: list[ScoreRecord] = []  # recorded without a worker, written with the next batch
 
@@ -213,6 +219,8 @@ async def run_scoring_ray_async(
                     it.provenance["seconds"] = it.seconds + result.seconds
                     if result.llm_usage is not None:
                         it.provenance["llm_usage"] = result.llm_usage
+                    if result.llm_params is not None:
+                        it.provenance["llm_params"] = result.llm_params
                     records.append(tally.record(it.expl, result.outcome, it.provenance))
                 write(records, entries)
                 if failure is not None:

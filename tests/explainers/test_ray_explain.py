@@ -82,6 +82,12 @@ def rows_except(a: Store, b: Store, table: str, drop: set[str]) -> tuple[int, in
     ab = con.execute("SELECT count(*) FROM (SELECT * FROM ta EXCEPT ALL SELECT * FROM tb)").fetchone()
     ba = con.execute("SELECT count(*) FROM (SELECT * FROM tb EXCEPT ALL SELECT * FROM ta)").fetchone()
     assert n is not None and ab is not None and ba is not None
+    if ab[0] or ba[0]:  # shown by pytest when the caller's assertion fails
+        for side, sql_diff in (
+            ("only a", "ta EXCEPT ALL SELECT * FROM tb"),
+            ("only b", "tb EXCEPT ALL SELECT * FROM ta"),
+        ):
+            print(side, con.execute(f"SELECT * FROM (SELECT * FROM {sql_diff}) LIMIT 3").fetchall())
     return int(n[0]), int(ab[0]), int(ba[0])
 
 

@@ -217,3 +217,16 @@ def endpoint_status(
         )
     where = config.base_url or OPENAI_DEFAULT_BASE_URL
     return EndpointStatus(config, f"Using LLM {model!r} at {where}.")
+
+
+def config_provenance(config: LLMConfig) -> dict[str, Any]:
+    """`LLMClient.provenance` before any request: what a result that made no LLM call (a dead feature) records, the
+    same on every backend and whatever earlier features taught a client."""
+    forced = config.structured_output
+    return {
+        **config.params(),
+        "structured_output": forced if forced != "auto" else None,
+        "context_length": config.context_length,
+        "context_source": "config" if config.context_length is not None else None,
+        "token_counter": None,
+    }
