@@ -8,17 +8,26 @@ import json
 import math
 import re
 
+import numpy as np
 import pytest
 from typer.testing import CliRunner
 
 from sae_workbench import cli
 from sae_workbench.evaluation.reproductions.rule_cap_sweep import rule_cap_sweep
 from sae_workbench.evaluation.scorers.job import ScoreConfigError
-from sae_workbench.evaluation.scorers.polysemanticity import tree_polysemanticity
 from sae_workbench.explainers.base import ExplainConfig
 from sae_workbench.llm.config import LLMConfig
+from sae_workbench.status import Status
 from tests.explainers.test_explain_support import PLANTED_SAE, build_planted_store
 from tests.fake_llm import FakeLLM, Reply
+
+
+def _smallest_cap_reaching_90_percent(score_by_cap: dict[int, float]) -> int:
+    """Tree paper (Ma et al. NeurIPS 2025): the smallest rule cap r whose best test score over caps <= r reaches 0.9
+    of the best over all caps, written out with numpy for this test."""
+    caps = np.array(sorted(score_by_cap))
+    running_best = np.maximum.accumulate(np.array([score_by_cap[c] for c in caps]))
+    return int(caps[np.flatnonzero(running_best >= 0.9 * running_best[-1])[0]])
 
 
 def test_sweep_measures_planted_polysemanticity_and_the_cli_reports_it(tmp_path, tiny_model):
@@ -42,7 +51,17 @@ def test_sweep_measures_planted_polysemanticity_and_the_cli_reports_it(tmp_path,
     assert result.scores[3][1] >= 0.9 * max(result.scores[3].values())
     assert result.polysemanticity[4] is not None and result.polysemanticity[4] > 1
     assert max(result.scores[4].values()) > result.scores[4][1] / 0.9  # the measure, recomputed by hand
-    assert result.polysemanticity == {f: tree_polysemanticity(s) for f, s in result.scores.items()}
+    # Independently of the sweep: every score it reports is the one simulation row stored for that explanation, and
+    # the measure recomputed from those stored rows by the tree paper's definition (numpy, not the library).
+    for f in (3, 4):
+        stored = {}
+        for cap, eid in result.explanation_ids[f].items():
+            (row,) = [
+                s for s in store.scores(explanation_id=eid, scorer="simulation") if s.status is Status.OK
+            ]
+            stored[cap] = float(row.metrics["pearson"])
+        assert stored == result.scores[f]
+        assert result.polysemanticity[f] == _smallest_cap_reaching_90_percent(stored)
     assert result.summary.n == 2 and result.summary.mean == pytest.approx((1 + result.polysemanticity[4]) / 2)
     assert result.provenance["preset"] == "default" and result.provenance["negatives"] == "RANDOM_NEGATIVE"
     with pytest.raises(ScoreConfigError, match="positive"):
