@@ -211,7 +211,24 @@ def test_polysemanticity_formulas() -> None:
     assert mean_pairwise_cosine(np.array([[1.0, 0], [2.0, 0], [0, 1.0]])) == pytest.approx(1 / 3)
     assert math.isnan(mean_pairwise_cosine(np.array([[1.0, 0]])))
     p = prism_polysemanticity(np.array([[1.0, 0], [1.0, 0]]), np.eye(2).repeat(3, axis=0), seed=0)
-    assert p.similarity == pytest.approx(1.0) and 0.0 <= p.random_baseline <= 1.0
+    assert p.similarity == pytest.approx(1.0) and p.n_descriptions == 2
+    # The random baseline, on pools where it is known by hand. Orthonormal pool: every pair of others has cosine 0.
+    assert prism_polysemanticity(np.ones((2, 4)), np.eye(4), seed=0).random_baseline == pytest.approx(
+        0.0, abs=1e-12
+    )
+    # A pool of exactly k others: every draw is the whole pool (rows at 0°, 0°, 90°: cosines 1, 0, 0 → 1/3), and the
+    # feature's own descriptions (all at 45°) never enter it.
+    pool = np.array([[1.0, 0, 0], [3.0, 0, 0], [0, 1.0, 0]])
+    own = np.array([[1.0, 1.0, 0]] * 3)
+    assert prism_polysemanticity(own, pool, seed=5).random_baseline == pytest.approx(1 / 3)
+    # Three rows along x and three along y, k = 2 drawn without replacement: a pair is the same direction (cosine 1)
+    # with probability 2·C(3,2)/C(6,2) = 6/15, else orthogonal (0): expectation 0.4 (with replacement it would be
+    # 0.5). 4000 draws: standard error sqrt(.4·.6/4000) = 0.008, so ±0.03 is four of them.
+    many = prism_polysemanticity(np.ones((2, 2)), np.eye(2).repeat(3, axis=0), seed=1, n_draws=4000)
+    assert many.random_baseline == pytest.approx(0.4, abs=0.03)
+    # Fewer others than descriptions: no baseline; one description: no similarity either.
+    assert math.isnan(prism_polysemanticity(np.ones((3, 2)), np.eye(2), seed=0).random_baseline)
+    assert math.isnan(prism_polysemanticity(np.ones((1, 2)), np.eye(2), seed=0).similarity)
     # best 0.5 at cap 3; running best: .2, .46 (≥ .45 = 0.9 × .5) → 2.
     assert tree_polysemanticity({1: 0.2, 2: 0.46, 3: 0.5, 4: float("nan"), 5: 0.4}) == 2
     assert tree_polysemanticity({1: 0.5, 2: 0.3}) == 1
