@@ -22,6 +22,9 @@ class Status(StrEnum):
     """The feature never fired in the indexed corpus: stored with empty text, never scored."""
     NO_ACTIVATIONS = "no_activations"
     """No positive test record could be drawn (nothing above the threshold)."""
+    NO_NEGATIVES = "no_negatives"
+    """No negative test record was left (every drawn negative fired, or shared a document with, adjoined or repeated a
+    window the explainer was shown: too few documents): a scorer whose metric contrasts the two classes cannot score."""
     UNSCORABLE_EXPLANATION = "unscorable_explanation"
     """The explanation is empty or its rules cannot be parsed."""
     GENERATOR_FAILED = "generator_failed"

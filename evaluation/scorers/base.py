@@ -263,6 +263,9 @@ class Scorer(Protocol):
     """True when it scores the test records of the feature's split."""
     uses_negatives: ClassVar[bool]
     """True when its test records include negatives (the negative source is recorded and keyed)."""
+    needs_negatives: ClassVar[bool]
+    """True when its headline contrasts positives with negatives (AUROC, balanced accuracy): without a negative test
+    record the score is recorded NO_NEGATIVES, not a number that means something else."""
     local_only: ClassVar[str]
     """Why it runs only in the driver's process, as a clause ('' when Ray workers can run it)."""
 
@@ -303,6 +306,7 @@ class ScorerDefaults:
 
     default_explainers: ClassVar[tuple[str, ...]] = ()
     local_only: ClassVar[str] = ""
+    needs_negatives: ClassVar[bool] = False
 
     @classmethod
     def check_inputs(cls, inputs: ScorerInputs) -> None:

@@ -195,6 +195,7 @@ class DetectionScorer(ScorerDefaults):
     headline: ClassVar[str] = "balanced_accuracy"
     uses_test_set: ClassVar[bool] = True
     uses_negatives: ClassVar[bool] = True
+    needs_negatives: ClassVar[bool] = True  # balanced accuracy over positives alone is recall
     task: ClassVar[Task] = "detection"
 
     def __init__(self, classifier: Classifier, seed: int = 0) -> None:

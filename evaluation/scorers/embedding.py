@@ -116,6 +116,7 @@ class EmbeddingScorer(ScorerDefaults):
     headline: ClassVar[str] = "auroc"
     uses_test_set: ClassVar[bool] = True
     uses_negatives: ClassVar[bool] = True
+    needs_negatives: ClassVar[bool] = True  # AUROC needs both classes
 
     def __init__(self, embed: Embedder, embedder_name: str, crop: int | None = EMBED_CROP) -> None:
         """Embed with `embed` (recorded as `embedder_name`) each record's `crop` around its peak (None: whole)."""

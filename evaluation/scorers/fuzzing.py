@@ -99,6 +99,7 @@ class FuzzingScorer(DetectionScorer):
     name: ClassVar[str] = "fuzzing"
     version: ClassVar[str] = FUZZING_SCORER_VERSION
     task: ClassVar[Task] = "fuzzing"
+    needs_negatives: ClassVar[bool] = False  # mis-highlighted positives are its negative class
 
     def items(self, tests: TestRecords) -> list[ClassificationItem]:
         """delphi's fuzzing items of the test records, drawn from the scorer's seed."""

@@ -223,7 +223,7 @@ async def run_scoring_async(
         client = backends.llm_client
         llm_params = config_provenance(client.config) if client is not None else None
         provenance = base_provenance(scorer, keys[int(expl.id or 0)], llm_params)
-        tests = tests_of(expl, builder, provenance)
+        tests = tests_of(expl, builder, provenance, scorer.needs_negatives)
         if isinstance(tests, ScoreOutcome):  # recorded without a call: the settings as configured
             outcome = tests
         else:
@@ -336,11 +336,15 @@ def base_provenance(scorer: Scorer, key: str, llm_params: dict[str, Any] | None 
 
 
 def tests_of(
-    expl: ExplanationRecord, builder: TestSetBuilder | None, provenance: dict[str, Any]
+    expl: ExplanationRecord,
+    builder: TestSetBuilder | None,
+    provenance: dict[str, Any],
+    needs_negatives: bool = False,
 ) -> TestRecords | ScoreOutcome | None:
     """An explanation's test records (their provenance added to `provenance`), or the outcome recorded without
-    scoring (a dead feature, no positive test record); None for a scorer without test records. Every score's
-    provenance gets `record_length` (the tokens per test record; None for a scorer without test records)."""
+    scoring (a dead feature, no positive test record, no negative one when `needs_negatives`); None for a scorer
+    without test records. Every score's provenance gets `record_length` (the tokens per test record; None for a
+    scorer without test records)."""
     provenance.setdefault("record_length", None)
     if expl.status is Status.DEAD:
         return ScoreOutcome.failed(Status.DEAD, reason=str(expl.extra.get("reason", "dead feature")))
@@ -350,6 +354,9 @@ def tests_of(
     provenance.update(tests.provenance)
     if not tests.positives:
         return ScoreOutcome.failed(Status.NO_ACTIVATIONS)
+    if needs_negatives and not tests.negatives:
+        short = float(tests.provenance.get("held_out", {}).get("test_negatives_short", 0.0))
+        return ScoreOutcome.failed(Status.NO_NEGATIVES, test_negatives_short=short)
     return tests
 
 

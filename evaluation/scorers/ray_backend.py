@@ -234,7 +234,7 @@ async def run_scoring_ray_async(
         for expl in plan.pending:
             started = time.perf_counter()
             provenance = base_provenance(scorer, plan.keys[int(expl.id or 0)], llm_params)
-            tests = tests_of(expl, plan.builder, provenance)
+            tests = tests_of(expl, plan.builder, provenance, scorer.needs_negatives)
             if isinstance(tests, ScoreOutcome):
                 provenance["seconds"] = time.perf_counter() - started
                 if driver_backends.llm_usage:  # zeros of the same types as the local loop's delta

@@ -13,6 +13,7 @@ from sae_workbench.evaluation.scorers.job import ScoreConfig, TestSetBuilder, ru
 from sae_workbench.examples import testsets
 from sae_workbench.examples.sampling import NegativeSource
 from sae_workbench.examples.testsets import SplitConfig, draw_split
+from sae_workbench.status import Status
 from sae_workbench.store import Store
 
 from .planted_docs import ALPHA, BETA, CORPUS, SAE_ID, build_docs_store, explanation
@@ -70,6 +71,23 @@ def test_too_few_documents_is_reported_not_leaked(tmp_path: Path) -> None:
     tests = TestSetBuilder(store, SAE_ID, ScoreConfig("detection", per_split=2)).build(expl)
     assert not _sources(store, tests.provenance["positive_ids"]) & _sources(store, shown)
     assert tests.provenance["held_out"]["test_positives_short"] > 0
+
+
+def test_no_held_out_negative_is_recorded_no_negatives_not_a_one_class_number(tmp_path: Path) -> None:
+    """Every inactive document was shown: no negative is held out. Detection (balanced accuracy) and embedding (AUROC)
+    contrast two classes, so they record NO_NEGATIVES with the shortfall; simulation still scores the positives."""
+    store = build_docs_store(tmp_path / "store.duckdb", n_docs=12, n_active_docs=4, n_beta_windows=0)
+    cfg = SplitConfig(negatives=RANDOM_NEG, record_length=32, per_split=2)
+    shown = [2 * d for d in range(4, 12)]  # one window of each of the 8 documents where alpha never fires
+    store.add_explanation(explanation(ALPHA, cfg, example_ids=shown))
+    for scorer in ("detection", "embedding", "simulation"):
+        run_scoring(store, SAE_ID, ScoreConfig(scorer, per_split=2), progress=False)
+    by_scorer = {s.scorer: s for s in store.scores(sae_id=SAE_ID)}
+    for scorer in ("detection", "embedding"):  # before: ok, balanced accuracy = recall and AUROC null
+        assert by_scorer[scorer].status is Status.NO_NEGATIVES, by_scorer[scorer]
+        assert by_scorer[scorer].metrics["test_negatives_short"] == 2
+    assert by_scorer["simulation"].status is Status.OK
+    assert by_scorer["simulation"].provenance["negative_ids"] == []
 
 
 def test_a_near_duplicate_never_straddles_the_split(docs: Path, tmp_path: Path) -> None:
