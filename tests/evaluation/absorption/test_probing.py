@@ -128,11 +128,16 @@ def test_k_sparse_probing_finds_planted_and_split_features() -> None:
 
 
 def test_letter_probes_train_at_saebench_batch_64_and_honour_the_field() -> None:
-    """SAEBench trains the letter probes at batch 64 (common.py train_and_save_probes → train_linear_probe_for_task);
-    the field reaches the optimiser: 64 and 4096 give different probes, 4096 ≥ N equals one full batch per epoch."""
+    """SAEBench trains the letter probes at batch 64 (sae_bench/evals/absorption/common.py train_and_save_probes(
+    batch_size=64) → train_linear_probe_for_task): by default, training on N words takes ceil(N / 64) Adam steps
+    per epoch on batches of 64 (the last one the remainder), counted by hooks on the real optimiser and probe. The
+    field reaches the optimiser: 64 and 4096 give different probes, 4096 ≥ N equals one full batch per epoch."""
+    import torch
+    from torch.nn.modules.module import register_module_forward_pre_hook
+    from torch.optim.optimizer import register_optimizer_step_post_hook
+
     from sae_workbench.evaluation.absorption.probes import ProbeActivations, train_letter_probes
 
-    assert ProbingConfig().probe_batch_size == 64
     rng = np.random.default_rng(0)
     means = rng.normal(size=(26, 64)).astype(np.float32)
     y_tr, y_te = rng.integers(0, 26, 600), rng.integers(0, 26, 200)
@@ -142,7 +147,22 @@ def test_letter_probes_train_at_saebench_batch_64_and_honour_the_field() -> None
         means[y_te] + 0.5 * rng.normal(size=(200, 64)).astype(np.float32), 0,
     )  # fmt: skip
     cfg = ProbingConfig()  # SAEBench's 50 epochs
-    small = train_letter_probes(acts, cfg)
+    steps: list[str] = []
+    batch_rows: list[int] = []
+    step_hook = register_optimizer_step_post_hook(lambda opt, args, kwargs: steps.append(type(opt).__name__))
+    forward_hook = register_module_forward_pre_hook(
+        lambda module, args: (
+            batch_rows.append(args[0].shape[0]) if isinstance(module, torch.nn.Linear) else None
+        )
+    )
+    try:
+        small = train_letter_probes(acts, cfg)
+    finally:
+        step_hook.remove()
+        forward_hook.remove()
+    # 600 words: ceil(600 / 64) = 10 steps per epoch, nine of 64 and one of 600 - 9·64 = 24, for each of 50 epochs.
+    assert steps == ["Adam"] * 50 * 10
+    assert batch_rows == ([64] * 9 + [24]) * 50
     full = train_letter_probes(acts, replace(cfg, probe_batch_size=4096))
     same_full = train_letter_probes(acts, replace(cfg, probe_batch_size=600))
     assert not np.allclose(small.weights_LD, full.weights_LD)
