@@ -402,6 +402,31 @@ def _score_table(path: str, version: tuple[int, ...], sae_id: str) -> pd.DataFra
     return pd.DataFrame(rows, columns=columns)
 
 
+def llm_models(path: str, sae_id: str) -> pd.DataFrame:
+    """One row per explainer and LLM behind the SAE's explanations: the model, its size as its name states it, the
+    structured-output form its provenance records, and how many explanations it made (empty when all are offline)."""
+    return _llm_models(path, store_version(path), sae_id)
+
+
+@st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
+def _llm_models(path: str, version: tuple[int, ...], sae_id: str) -> pd.DataFrame:
+    from sae_workbench.evaluation.scorers.report import model_rows, model_size
+
+    rows = [
+        {"explainer": m.explainer, "model": m.model, "size": model_size(m.model),
+         "structured output": m.structured_output, "explanations": m.explanations}
+        for m in model_rows(_open(path), sae_id)
+    ]  # fmt: skip
+    return pd.DataFrame(rows, columns=["explainer", "model", "size", "structured output", "explanations"])
+
+
+def smoke_test_note(models: pd.DataFrame) -> str:
+    """The report's plain warning for the models of `llm_models` too small to mean much ('' when none is)."""
+    from sae_workbench.evaluation.scorers.report import smoke_test_warning
+
+    return smoke_test_warning(models["model"]) if not models.empty else ""
+
+
 def explainer_scorer_matrix(table: pd.DataFrame) -> pd.DataFrame:
     """Mean headline metric per explainer (rows) × scorer/negative source (columns), with counts; a scorer judged
     by the model that picked its close negatives (embedding under SIMILAR*) is named "(circular)"."""

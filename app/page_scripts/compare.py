@@ -49,5 +49,13 @@ else:
             query_params={"sae": sae.sae_id, "feature": str(f)},
         )
 
+models = ui.guarded(queries.llm_models, path, sae.sae_id)
+if not models.empty:
+    st.subheader("LLMs behind the explanations")
+    st.dataframe(models, hide_index=True, width="stretch")
+    warning = queries.smoke_test_note(models)
+    if warning:
+        st.warning(warning)
+
 with st.expander("All scores"):
     st.dataframe(table, hide_index=True, width="stretch")

@@ -22,6 +22,7 @@ import io
 import math
 import re
 from collections import defaultdict
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 import numpy as np
@@ -368,24 +369,37 @@ def model_rows(store: Store, sae_id: str, features: list[int] | None = None) -> 
     return [ModelRow(x, m, f, n) for (x, m, f), n in sorted(counts.items())]
 
 
+def model_size(name: str) -> str:
+    """The parameter count a model's name states, as text ("135M parameters", "1.5B parameters", "not stated")."""
+    params = model_params(name)
+    if params is None:
+        return "not stated"
+    return f"{params / 1e6:.0f}M parameters" if params < 1e9 else f"{params / 1e9:.1f}B parameters"
+
+
+def smoke_test_warning(models: Iterable[str]) -> str:
+    """The plain warning for the models whose names state fewer than SMOKE_TEST_PARAMS parameters ('' when none)."""
+    small = sorted({m for m in models if (p := model_params(m)) is not None and p < SMOKE_TEST_PARAMS})
+    if not small:
+        return ""
+    return (f"{', '.join(small)}: a model this small is a smoke test that the pipeline runs end to end on a real "
+            "LLM, not a result. Its explanations and scores say little about the features.")  # fmt: skip
+
+
 def render_models(models: list[ModelRow]) -> list[str]:
     """The Markdown lines naming each explainer's LLM, its size, and a plain warning for a small one."""
     if not models:
         return []
     lines = ["", "LLMs behind the explanations:", "", "| explainer | model | size | structured output | "
              "explanations |", "|---|---|---|---|---|"]  # fmt: skip
-    small = []
     for m in models:
-        params = model_params(m.model)
-        size = f"{params / 1e6:.0f}M parameters" if params is not None and params < 1e9 else (
-            f"{params / 1e9:.1f}B parameters" if params is not None else "not stated")  # fmt: skip
-        lines.append(f"| {m.explainer} | {m.model} | {size} | {m.structured_output} | {m.explanations} |")
-        if params is not None and params < SMOKE_TEST_PARAMS:
-            small.append(m.model)
-    if small:
-        lines += ["", f"**{', '.join(sorted(set(small)))}: a model this small is a smoke test that the pipeline runs "
-                  "end to end on a real LLM, not a result.** Its explanations and scores say little about the "
-                  "features."]  # fmt: skip
+        lines.append(
+            f"| {m.explainer} | {m.model} | {model_size(m.model)} | {m.structured_output} | {m.explanations} |"
+        )
+    warning = smoke_test_warning(m.model for m in models)
+    if warning:
+        head, tail = warning.split(" Its ", 1)
+        lines += ["", f"**{head}** Its {tail}"]
     return lines
 
 

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -154,6 +155,38 @@ def test_compare_table_and_verdict_flips(sample: SampleStore, monkeypatch) -> No
     assert sorted(flips["explainer"]) == ["lexical", "prism", "tree"]
     at.slider[0].set_value(0.6).run()  # now only lexical (0.55) and prism (0.5) drop below
     assert sorted(at.dataframe[1].value["explainer"]) == ["lexical", "prism"]
+
+
+def test_compare_names_the_llms_and_warns_about_a_tiny_one(
+    sample: SampleStore, monkeypatch, tmp_path: Path
+) -> None:
+    """Issue 32 item 6: the app names each explainer's LLM and its size, and says a tiny model is a smoke test."""
+    at = run_page("compare", sample.path, monkeypatch, sae=sample.sae_id)
+    models = next(d.value for d in at.dataframe if "structured output" in d.value.columns)
+    assert set(models["model"]) == {"fake"} and set(models["size"]) == {"not stated"}
+    assert not at.warning  # "fake" states no size: no warning
+    path = tmp_path / "store.duckdb"
+    shutil.copy(sample.path, path)
+    store = Store.open(path)
+    (e,) = [x for x in store.explanations(sae_id=sample.sae_id) if x.explainer == "tree"][:1]
+    store.add_explanation(
+        replace(e, id=None, explainer="oneshot", llm_model="SmolLM2-135M-Instruct",
+                llm_params={"structured_output": "json_object"}, config_key="smoke/oneshot")
+    )  # fmt: skip
+    del store
+    queries.clear_caches()
+    at = run_page("compare", path, monkeypatch, sae=sample.sae_id)
+    models = next(d.value for d in at.dataframe if "structured output" in d.value.columns)
+    row = models[models["model"] == "SmolLM2-135M-Instruct"].iloc[0]
+    assert (row["size"], row["structured output"], row["explanations"]) == (
+        "135M parameters",
+        "json_object",
+        1,
+    )
+    assert (
+        len(at.warning) == 1
+        and "SmolLM2-135M-Instruct: a model this small is a smoke test" in at.warning[0].value
+    )
 
 
 def test_playground_encodes_typed_text(sample: SampleStore, monkeypatch) -> None:
