@@ -1,7 +1,10 @@
-"""Golden tests of every prompt's exact text (a change here must bump that prompt's PROMPT_VERSION)."""
+"""Golden tests of every prompt's exact text (a change here must bump that prompt's PROMPT_VERSION), and contract
+tests that check each prompt against its JSON schema, its parser and the records it shows."""
 
 import json
+import re
 
+import jsonschema
 import numpy as np
 import pytest
 
@@ -171,3 +174,201 @@ def test_prism_label_golden():
     assert prism.parse_description("A deity.") == "A deity."
     with pytest.raises(ValueError):
         prism.parse_description("Description:   ")
+
+
+# ---- Contracts: what each prompt asks for is what its JSON schema and its parser accept -----------------------------
+# The goldens above pin the text; these check it against things it was not written from: the JSON schema sent with the
+# request (validated by the independent `jsonschema` package), the parser that reads the answer back, and the records
+# the prompt was built from (levels recomputed here as floor(5 · act / max), the tree paper's 0..5 scale).
+
+UNFILLED = re.compile(r"\{[A-Za-z_][A-Za-z_0-9]*\}|\{\{|\}\}")
+"""A str.format field left in a prompt, or an escaped brace that was never formatted."""
+
+
+def _records(seed: int) -> list[Record]:
+    """Three records of random words and random sparse activations."""
+    rng = np.random.default_rng(seed)
+    words = [" alpha", " beta", " gamma", "delta", " LORD", "\u00e9t\u00e9", "(", " 1987"]
+    out = []
+    for i, n in enumerate((5, 9, 7)):
+        acts = np.where(rng.random(n) < 0.4, rng.uniform(0.1, 8.0, n), 0.0).astype("f4")
+        out.append(Record(i, tuple(rng.choice(words, n)), acts))
+    return out
+
+
+def _levels_by_hand(records: list[Record], global_max: float) -> list[list[tuple[str, int]]]:
+    """Each record's (token, floor(5 · activation / global max)) pairs."""
+    return [
+        [(t, int(np.floor(5 * float(a) / global_max))) for t, a in zip(r.tokens, r.acts, strict=True)]
+        for r in records
+    ]
+
+
+def _shown_examples(text: str) -> list[list[tuple[str, int]]]:
+    """The 'Example i:' blocks of a prompt read back as (token, level) lines (first listing only)."""
+    body = text.split("\n\nThe same examples with the zero values removed:")[0]
+    blocks = re.findall(r"Example (\d+):\n(.*?)(?=\n\n|$)", body, flags=re.S)
+    assert [int(i) for i, _ in blocks] == list(range(1, len(blocks) + 1))
+    return [
+        [(line.rsplit("\t", 1)[0], int(line.rsplit("\t", 1)[1])) for line in b.split("\n")] for _, b in blocks
+    ]
+
+
+def _validator(schema: dict) -> jsonschema.Draft202012Validator:
+    """A JSON Schema 2020-12 validator of `schema` (which must itself be a valid schema)."""
+    jsonschema.Draft202012Validator.check_schema(schema)
+    return jsonschema.Draft202012Validator(schema)
+
+
+@pytest.mark.parametrize("rule_cap", [1, 3, 5])
+def test_structured_prompt_asks_for_what_the_schema_and_parser_accept(rule_cap: int) -> None:
+    records = _records(rule_cap)
+    global_max = max(float(r.acts.max()) for r in records)
+    system, user = oneshot.structured_prompt(records, global_max, rule_cap)
+    for text in (system, user):
+        assert not UNFILLED.search(text), text
+    # The records shown are the records given, on the 0..5 scale.
+    shown = _shown_examples(user)
+    want = _levels_by_hand(records, global_max)
+    assert shown == want
+    levels = [v for block in want for _, v in block]
+    assert ("zero values removed" in user) == (np.count_nonzero(levels) / len(levels) < 0.2)
+    # The answer format the prompt states, with its placeholders filled, is valid under the schema and parses.
+    (template,) = [line for line in user.split("\n") if line.startswith('[{"activates_on"')]
+    lo, hi = map(int, re.search(r"<integer (\d+)\.\.(\d+)", template).groups())
+    assert (lo, hi) == (0, 5)
+    assert int(re.search(r"at most (\d+) rules", user).group(1)) == rule_cap
+    answer = json.loads(
+        re.sub(r"<integer[^>]*>", str(hi), re.sub(r'"<[^>"]*>"', '"the word LORD"', template))
+    )
+    schema = _validator(oneshot.rules_schema(rule_cap))
+    assert schema.is_valid(answer) and parse_rules(answer, rule_cap) == (Rule("the word LORD", hi),)
+    # Every strength the prompt allows is accepted by both, and nothing outside it by either.
+    for s in range(lo - 2, hi + 3):
+        rule = [{"activates_on": "x", "strength": s}]
+        assert schema.is_valid(rule) == (lo <= s <= hi)
+        try:
+            parse_rules(rule, rule_cap)
+            parsed = True
+        except JSONParseError:
+            parsed = False
+        assert parsed == (lo <= s <= hi), s
+    # As many rules as the stated cap are valid; one more is refused by the schema (the parser keeps the first cap).
+    full = [{"activates_on": f"w{i}", "strength": 1} for i in range(rule_cap + 1)]
+    assert schema.is_valid(full[:rule_cap]) and not schema.is_valid(full)
+    assert len(parse_rules(full, rule_cap)) == rule_cap
+    for wrong in (
+        [],
+        {"activates_on": "x", "strength": 1},
+        [{"activates_on": "", "strength": 1}],
+        [{"activates_on": "x"}],
+        [{"strength": 3}],
+        [{"activates_on": "x", "strength": "3"}],
+        [{"activates_on": "x", "strength": 2.5}],
+        [{"activates_on": "x", "strength": True}],
+        [{"activates_on": 7, "strength": 3}],
+    ):
+        assert not schema.is_valid(wrong), wrong
+        with pytest.raises(JSONParseError):
+            parse_rules(wrong, rule_cap)
+    # The few-shot answers are answers the schema accepts.
+    for m in oneshot.structured_messages(records, global_max, rule_cap, few_shot=True):
+        if m["role"] == "assistant":
+            assert schema.is_valid(json.loads(m["content"])), m["content"]
+        assert not UNFILLED.search(m["content"])
+
+
+def test_simulate_prompt_asks_for_what_the_schema_and_parser_accept() -> None:
+    records = _records(7)
+    system, user = simulate.simulate_prompt('"lord"', records)
+    assert not UNFILLED.search(system) and not UNFILLED.search(user)
+    # Each text is listed with its token count and its tokens as a JSON array, in order.
+    listed = re.findall(r"^Text (\d+) \((\d+) tokens\): (.*)$", user, flags=re.M)
+    assert [int(i) for i, _, _ in listed] == [1, 2, 3]
+    assert [(int(n), tuple(json.loads(toks))) for _, n, toks in listed] == [
+        (len(r), r.tokens) for r in records
+    ]
+    # The stated format and range: {"predictions": [[...], ...]}, one list per text, integers 0..5.
+    assert '{"predictions": [[...], ...]}' in user
+    lo, hi = map(int, re.search(r"integer (\d+)\.\.(\d+) per token", user).groups())
+    assert (lo, hi) == (0, 5)
+    schema = _validator(simulate.predictions_schema(records))
+    rng = np.random.default_rng(0)
+    good = [[int(v) for v in rng.integers(lo, hi + 1, len(r))] for r in records]
+    assert schema.is_valid({"predictions": good})
+    assert simulate.parse_predictions(json.dumps({"predictions": good}), records) == good
+    bad_rows = [
+        [good[0][:-1], *good[1:]],  # one token short
+        [[*good[0], 0], *good[1:]],  # one token too many
+        good[:-1],  # a text missing
+        [*good, [0]],  # a text too many
+        [[hi + 1, *good[0][1:]], *good[1:]],
+        [[lo - 1, *good[0][1:]], *good[1:]],
+        [[2.5, *good[0][1:]], *good[1:]],
+        [["3", *good[0][1:]], *good[1:]],
+        [[True, *good[0][1:]], *good[1:]],
+    ]
+    for wrong in [*({"predictions": rows} for rows in bad_rows), good, {"prediction": good}]:
+        assert not schema.is_valid(wrong), wrong
+        with pytest.raises(ValueError):
+            simulate.parse_predictions(json.dumps(wrong), records)
+
+
+def test_tree_revision_asks_for_what_its_parser_and_schema_accept() -> None:
+    records = _records(3)
+    global_max = max(float(r.acts.max()) for r in records)
+    root = tree.Turn("", (Rule('"lord"', 5),), 0.4, [TokenFeedback(" LORD", 5, 3, "too high")])
+    messages = tree.revision_messages(records, global_max, [root], 3)
+    for m in messages:
+        assert not UNFILLED.search(m["content"]), m["content"]
+    user = messages[-1]["content"]
+    assert _shown_examples(user.split("Current explanation:")[0]) == _levels_by_hand(records, global_max)
+    assert int(re.search(r"Keep at most (\d+) rules", user).group(1)) == 3
+    # The system prompt's rule format and range are the parser's.
+    assert re.search(r'\{"activates_on": text, "strength": integer (\d)\.\.(\d)\}', tree.SYSTEM).groups() == (
+        "0",
+        "5",
+    )
+    # The answer format the task states, filled in, parses back to what was filled in.
+    fmt = user[user.index("Answer in exactly this format:\n") :].split("\n", 1)[1]
+    rules = (Rule("the word God", 4), Rule('"heaven"', 2))
+    filled = fmt.replace("<one sentence>", "add God").replace(
+        "<JSON array of rules>", json.dumps([r.to_dict() for r in rules])
+    )
+    assert tree.parse_revision(filled, 3) == ("add God", rules)
+    # The schema-constrained form: what the schema accepts parses to the same; what it refuses, the parser refuses.
+    schema = _validator(tree.revision_schema(3))
+    obj = {"improvement": "add God", "new_explanation": [r.to_dict() for r in rules]}
+    assert schema.is_valid(obj) and tree.parse_revision(json.dumps(obj), 3) == ("add God", rules)
+    assert not schema.is_valid({**obj, "new_explanation": [r.to_dict() for r in rules * 2]})  # 4 > cap 3
+    for wrong in (
+        {"improvement": "x"},
+        {**obj, "new_explanation": [{"activates_on": "x", "strength": 9}]},
+        {**obj, "new_explanation": []},
+    ):
+        assert not schema.is_valid(wrong), wrong
+        with pytest.raises(JSONParseError):
+            tree.parse_revision(json.dumps(wrong), 3)
+
+
+def test_prism_prompt_lays_out_what_its_instructions_describe() -> None:
+    texts = ["The [ LORD] said", "and [ God] spoke", "in the [ heavens]"]
+    summaries = ["LORD (4.00)", "God (3.10)", "heavens (1.25)"]
+    prompt = prism.label_prompt(texts, summaries)
+    assert not UNFILLED.search(prompt)
+    # "Each excerpt starts with '>' under a header such as '=== Text #12 ===', where the number identifies it."
+    assert re.findall(r"=== Text #(\d+) ===\n> (.*)", prompt) == [
+        (str(i + 1), t) for i, t in enumerate(texts)
+    ]
+    # "Before the excerpts comes a summary that lists each highlighted span's first token with its activation."
+    summary = prompt.index("=== Summary of highlights ===")
+    assert summary < prompt.index("=== Text #1 ===")
+    assert re.findall(r"^Text #(\d+): (.*)$", prompt, flags=re.M) == [
+        (str(i + 1), s) for i, s in enumerate(summaries)
+    ]
+    # "After the excerpts, following 'Description: ', write the description": the prompt ends on that cue, and an
+    # answer that repeats it is read without it.
+    assert prompt.endswith("\n\nDescription: ") and prompt.rindex("=== Text #3 ===") < prompt.rindex(
+        "Description: "
+    )
+    assert prism.parse_description("Description: divine names") == "divine names"
