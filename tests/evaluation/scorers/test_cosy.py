@@ -1,6 +1,7 @@
 """CoSy end to end with the tiny model and a planted SAE feature that fires on the token " def": texts written by a
-scripted LLM on the fake OpenAI-compatible server (new texts, not corpus windows), the paper preset's prompt and token
-cut, and the offline corpus-rule composer's bookkeeping."""
+scripted LLM on the fake OpenAI-compatible server that echoes the description's words (new texts, not corpus windows,
+written without knowing the feature), the paper preset's prompt and token cut, and the offline corpus-rule composer's
+bookkeeping."""
 
 from __future__ import annotations
 
@@ -65,24 +66,21 @@ FILLER = " The morning was quiet and the river ran slowly past the old mill near
 NAMES = ["Ana", "Ben", "Chloe", "Dev", "Emma", "Farid", "Grace", "Hugo", "Ines", "Jon", "Kai", "Lena"]
 
 
-def scripted_generator(body: dict) -> str:
-    """A scripted LLM on the fake server: it writes NEW texts (templates, never corpus windows) that contain the
-    token " def" when the description names it, and texts about people otherwise. Asked for a word count (the
-    paper's prompt), it writes long texts whose code sits after ~150 tokens of filler."""
+def echo_generator(body: dict) -> str:
+    """A scripted LLM on the fake server that knows nothing about the feature: each of the n texts it is asked for is
+    NEW (a template, never a corpus window) holding the request's description, its words shuffled (seeded by the
+    text's number), in a neutral sentence about a person. Whether a text holds a token the planted feature fires on
+    therefore follows from the description's words alone, and the AUC from the feature. Asked for a word count (the
+    paper's prompt), it writes long texts whose description sits after ~200 tokens of filler."""
     content = body["messages"][-1]["content"]
     n = int(re.search(r"Write (\d+)", content).group(1))  # type: ignore[union-attr]
     long_texts = re.search(r"texts of (\d+) words", content) is not None
     description = content.split("The texts should include:\n")[-1] if long_texts else content.splitlines()[1]
+    words = re.findall(r"[A-Za-z]+", description)
     lines = []
     for i in range(n):
-        if "def" in description:
-            text = (
-                f"In step {i} {NAMES[i]} wrote def scale_{i}(value): return value * {i + 2} in the notebook."
-            )
-        else:
-            text = (
-                f"{NAMES[i]} met {NAMES[i + 1]} at the market and they talked about the weather for a while."
-            )
+        shuffled = " ".join(words[j] for j in np.random.default_rng(i).permutation(len(words)))
+        text = f"{NAMES[i]} wrote down: {shuffled}, and then {NAMES[i + 1]} read it twice."
         lines.append(FILLER * 12 + " " + text if long_texts else text)
     return "\n".join(lines)
 
@@ -96,27 +94,55 @@ def _generate(server: FakeLLM, description: str, settings: CosyConfig) -> list[s
     return asyncio.run(go())
 
 
+def _fires_on(tiny_model, text: str) -> bool:
+    """Whether the text's tokens hold one the planted feature fires on (the word "def" in any spelling)."""
+    ids = tiny_model.tokenizer.encode(text, add_special_tokens=False)
+    return any(tiny_model.tokenizer.decode([i]).strip().lower() == "def" for i in ids)
+
+
+def _auc_by_hand(generated: np.ndarray, control: np.ndarray) -> float:
+    """P(a generated text's mean activation > a control text's), ties one half, over all pairs."""
+    g, c = np.asarray(generated)[:, None], np.asarray(control)[None, :]
+    return float(np.mean((g > c) + 0.5 * (g == c)))
+
+
 def test_llm_generated_texts_discriminate_a_correct_from_an_unrelated_description(
-    store, planted_means: ModelFeatureMeans
+    store, planted_means: ModelFeatureMeans, tiny_model
 ) -> None:
-    """CoSy's discriminative power with texts the generator wrote itself (none is a corpus window): the correct
-    description gets AUC near 1, an unrelated one near 0.5 (spec prism.md, "How to validate")."""
+    """CoSy's discriminative power with texts the generator wrote itself (none is a corpus window), by a generator
+    that does not know the feature: the description naming the token the feature fires on gets AUC near 1; an
+    unrelated one, and an on-topic one that never writes that token ("definitions" is not "def"), near 0.5 (spec
+    prism.md, "How to validate"). Each AUC is the one the activations give, recomputed pair by pair."""
     snippets, control = _snippets_and_control(store)
     fn = planted_means.for_feature(0)
     a0 = fn(control)
     assert a0.shape == (len(control),) and float(np.median(a0)) == 0.0
     corpus_text = "\n".join("".join(s.tokens) for s in snippets) + "\n".join(control)
-    with FakeLLM(responder=scripted_generator) as server:
-        good_texts = _generate(
-            server, "the Python keyword def that starts a function definition", CosyConfig()
-        )
-        bad_texts = _generate(server, "people chatting at a market", CosyConfig())
+    descriptions = {
+        "correct": "the Python keyword def that starts a function definition",
+        "unrelated": "people chatting at a market",
+        "topical": "Python function definitions and their parameters",
+    }
+    with FakeLLM(responder=echo_generator) as server:
+        texts = {k: _generate(server, d, CosyConfig()) for k, d in descriptions.items()}
         assert "one or two sentences" in server.requests[0].body["messages"][-1]["content"]
-    assert len(good_texts) == 10 and not any(t in corpus_text for t in good_texts + bad_texts)
-    good = cosy_score(fn(good_texts), a0)
-    bad = cosy_score(fn(bad_texts), a0)
+    assert all(len(t) == 10 for t in texts.values())
+    assert not any(t in corpus_text for ts in texts.values() for t in ts)
+    # Only the description that names the token yields texts holding it; the feature fires exactly on those texts.
+    assert {k: [_fires_on(tiny_model, t) for t in ts] for k, ts in texts.items()} == {
+        "correct": [True] * 10, "unrelated": [False] * 10, "topical": [False] * 10,
+    }  # fmt: skip
+    acts = {k: fn(ts) for k, ts in texts.items()}
+    assert (acts["correct"] > 0).all() and not acts["unrelated"].any() and not acts["topical"].any()
+    scores = {k: cosy_score(a, a0) for k, a in acts.items()}
+    for k, score in scores.items():
+        assert score.auc == pytest.approx(_auc_by_hand(acts[k], a0)), k
+    # All-zero texts against a control that is mostly zero: AUC = half the control's zero fraction.
+    assert scores["unrelated"].auc == pytest.approx(0.5 * float(np.mean(a0 == 0)))
+    good = scores["correct"]
     assert good.auc > 0.9 and good.mad > 1.0 and good.mannwhitney_p < 0.01
-    assert 0.3 < bad.auc < 0.7 and bad.mad < good.mad
+    for k in ("unrelated", "topical"):
+        assert 0.3 < scores[k].auc < 0.7 and scores[k].mad < good.mad and scores[k].mannwhitney_p > 0.05
 
 
 def test_paper_preset_asks_for_512_words_and_reads_512_tokens(
@@ -126,11 +152,11 @@ def test_paper_preset_asks_for_512_words_and_reads_512_tokens(
     _, control = _snippets_and_control(store)
     paper = CosyConfig.paper()
     assert (paper.words_per_text, paper.n_control, paper.max_tokens) == (512, 1000, 512)
-    with FakeLLM(responder=scripted_generator) as server:
+    with FakeLLM(responder=echo_generator) as server:
         texts = _generate(server, "the Python keyword def that starts a function definition", paper)
         assert "Write 10 texts of 512 words each." in server.requests[0].body["messages"][-1]["content"]
     n_tokens = [len(tiny_model.tokenizer.encode(t, add_special_tokens=False)) for t in texts]
-    assert min(n_tokens) > 160 and max(n_tokens) < 250  # the code starts after the first 128 tokens
+    assert min(n_tokens) > 160 and max(n_tokens) < 250  # the description starts after the first 128 tokens
     long_cut = ModelFeatureMeans(
         tiny_model, HOOK, planted_means.encode, bos_id=0, max_tokens=paper.max_tokens
     )
