@@ -10,6 +10,7 @@ RANDOM negatives. Feature 1 never fires (its score is recorded as no_activations
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -17,7 +18,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 
+from sae_workbench.evaluation.scorers.detection import LexicalRuleClassifier
+from sae_workbench.evaluation.scorers.fuzzing import fuzzing_items, score_classification
 from sae_workbench.evaluation.scorers.job import ScoreConfig, run_scoring
+from sae_workbench.evaluation.scorers.simulation import scorable_explanation
+from sae_workbench.examples.records import Record
+from sae_workbench.explainers.lexical_simulator import LexicalSimulator
 from sae_workbench.status import Status
 from sae_workbench.store import ExplanationRecord, Store
 
@@ -164,19 +170,12 @@ def _metric(store: Store, scorer: str, source: str, explainer: str, name: str) -
     [
         ("simulation", "pearson"),
         ("detection", "balanced_accuracy"),
-        # Fuzzing separates the two explanations (correct 1.0 vs broad 0.95 at seed 0) through its mis-highlighted
-        # positives, which are the same windows and highlights under either source, so the gap is the same (0.05)
-        # under both. Only the negatives differ, and their random highlights almost never land on a token the broad
-        # rule names (about 0.6% of SIMILAR_NEGATIVE tokens here, 0.3% of RANDOM ones): close negatives cannot widen
-        # the gap with 10 negatives. strict: if this starts passing, find out why before trusting it.
-        pytest.param(
-            "fuzzing",
-            "balanced_accuracy",
-            marks=pytest.mark.xfail(
-                strict=True,
-                reason="fuzzing's gap comes from mis-highlighted positives, identical under both sources",
-            ),
-        ),
+        # Not fuzzing: it separates the two explanations (correct 1.0 vs broad 0.95 at seed 0) through its
+        # mis-highlighted positives, which are the same windows and highlights under either source, so the gap is the
+        # same under both. Only the negatives differ, and their random highlights almost never land on a token the
+        # broad rule names (about 0.6% of SIMILAR_NEGATIVE tokens here, 0.3% of RANDOM ones). That documented
+        # behaviour is tested exactly by test_fuzzing_gap_comes_from_the_mis_highlighted_positives_under_any_source
+        # (hand-made records) and on this store by test_fuzzing_mis_highlighted_positives_separate_correct_from_over_broad.
     ],
 )
 def test_close_negatives_widen_the_gap_between_correct_and_over_broad(
@@ -249,6 +248,56 @@ def test_close_negatives_lower_embedding_scores(planted: Store) -> None:
         close = _metric(planted, "embedding", "SIMILAR_NEGATIVE", explainer, "auroc")
         drop[explainer] = rand - close
     assert drop["planted-broad"] > max(drop["planted-correct"], 0.1), drop
+
+
+def test_fuzzing_gap_comes_from_the_mis_highlighted_positives_under_any_source() -> None:
+    """Fuzzing's gap between a correct and an over-broad explanation comes from the mis-highlighted positives, which
+    do not depend on the negatives drawn beside them: two negative sources whose highlights land on none of the broad
+    rule's words give the same gap; only negatives whose highlights land on its words widen it. Counts by hand below."""
+
+    def rec(i: int, tokens: tuple[str, ...], acts: tuple[float, ...]) -> Record:
+        return Record(i, tokens, np.array(acts, dtype=np.float32))
+
+    # Four positives: " def" fires; every other token is one the broad rule names, so a mis-highlight (one token,
+    # as many as fire) always lands on a broad word.
+    positives = [rec(i, (" def", " return", " self"), (1.0 + i / 10, 0.0, 0.0)) for i in range(4)]
+    prose = [rec(10 + i, (" The", " cat", " sat"), (0.0, 0.0, 0.0)) for i in range(4)]  # RANDOM-like
+    code = [
+        rec(20 + i, (" x", " +", " y", " z"), (0.0,) * 4) for i in range(4)
+    ]  # close, none of the broad words
+    keywords = [rec(30 + i, (" return", " self"), (0.0, 0.0)) for i in range(4)]  # close, only broad words
+    # The positives' and mis-highlighted items are identical whatever negatives follow, however many (same records,
+    # same marks).
+    shared = {
+        name: [
+            (it.record.window_id, it.label, tuple(np.asarray(it.highlighted).tolist()), it.kind)
+            for it in fuzzing_items(positives, negs, 0)
+            if it.kind != "negative"
+        ]
+        for name, negs in (
+            ("prose", prose),
+            ("code", code),
+            ("keywords", keywords),
+            ("none", []),
+            ("more", code * 3),
+        )
+    }
+    assert shared["prose"] == shared["code"] == shared["keywords"] == shared["none"] == shared["more"]
+    assert [k for *_, k in shared["prose"]] == ["positive"] * 4 + ["mis_highlighted"] * 4
+    clf = LexicalRuleClassifier(LexicalSimulator())
+    correct = scorable_explanation("", [{"activates_on": '"def"', "strength": 5}])
+    broad = scorable_explanation("", [{"activates_on": '"def" or "return" or "self"', "strength": 5}])
+    gap = {}
+    for name, negs in (("prose", prose), ("code", code), ("keywords", keywords)):
+        c = asyncio.run(score_classification(clf, "fuzzing", correct, positives, negs, seed=0))
+        b = asyncio.run(score_classification(clf, "fuzzing", broad, positives, negs, seed=0))
+        assert (c.tp, c.fp, b.tp) == (4, 0, 4)
+        gap[name] = c.balanced_accuracy - b.balanced_accuracy
+    # Correct: every label right, balanced accuracy 1. Broad: 4 of 4 positives right; of the 8 label-0 items it
+    # calls the 4 mis-highlighted ones correct, and the 4 negatives too only when their highlights are its words:
+    # (1 + 4/8) / 2 = 0.75 under prose or keyword-free code, (1 + 0/8) / 2 = 0.5 under keyword-only negatives.
+    assert gap["prose"] == pytest.approx(0.25) and gap["code"] == pytest.approx(0.25)
+    assert gap["keywords"] == pytest.approx(0.5)
 
 
 def test_scoring_is_resumable_and_records_failures_and_provenance(small: Store) -> None:
