@@ -214,6 +214,13 @@ def _shown_examples(text: str) -> list[list[tuple[str, int]]]:
     ]
 
 
+def _search(pattern: str, text: str) -> re.Match[str]:
+    """The first match of `pattern` in `text`, which must have one."""
+    found = re.search(pattern, text)
+    assert found is not None, (pattern, text)
+    return found
+
+
 def _validator(schema: dict) -> jsonschema.Draft202012Validator:
     """A JSON Schema 2020-12 validator of `schema` (which must itself be a valid schema)."""
     jsonschema.Draft202012Validator.check_schema(schema)
@@ -235,9 +242,9 @@ def test_structured_prompt_asks_for_what_the_schema_and_parser_accept(rule_cap: 
     assert ("zero values removed" in user) == (np.count_nonzero(levels) / len(levels) < 0.2)
     # The answer format the prompt states, with its placeholders filled, is valid under the schema and parses.
     (template,) = [line for line in user.split("\n") if line.startswith('[{"activates_on"')]
-    lo, hi = map(int, re.search(r"<integer (\d+)\.\.(\d+)", template).groups())
+    lo, hi = map(int, _search(r"<integer (\d+)\.\.(\d+)", template).groups())
     assert (lo, hi) == (0, 5)
-    assert int(re.search(r"at most (\d+) rules", user).group(1)) == rule_cap
+    assert int(_search(r"at most (\d+) rules", user).group(1)) == rule_cap
     answer = json.loads(
         re.sub(r"<integer[^>]*>", str(hi), re.sub(r'"<[^>"]*>"', '"the word LORD"', template))
     )
@@ -290,7 +297,7 @@ def test_simulate_prompt_asks_for_what_the_schema_and_parser_accept() -> None:
     ]
     # The stated format and range: {"predictions": [[...], ...]}, one list per text, integers 0..5.
     assert '{"predictions": [[...], ...]}' in user
-    lo, hi = map(int, re.search(r"integer (\d+)\.\.(\d+) per token", user).groups())
+    lo, hi = map(int, _search(r"integer (\d+)\.\.(\d+) per token", user).groups())
     assert (lo, hi) == (0, 5)
     schema = _validator(simulate.predictions_schema(records))
     rng = np.random.default_rng(0)
@@ -323,9 +330,9 @@ def test_tree_revision_asks_for_what_its_parser_and_schema_accept() -> None:
         assert not UNFILLED.search(m["content"]), m["content"]
     user = messages[-1]["content"]
     assert _shown_examples(user.split("Current explanation:")[0]) == _levels_by_hand(records, global_max)
-    assert int(re.search(r"Keep at most (\d+) rules", user).group(1)) == 3
+    assert int(_search(r"Keep at most (\d+) rules", user).group(1)) == 3
     # The system prompt's rule format and range are the parser's.
-    assert re.search(r'\{"activates_on": text, "strength": integer (\d)\.\.(\d)\}', tree.SYSTEM).groups() == (
+    assert _search(r'\{"activates_on": text, "strength": integer (\d)\.\.(\d)\}', tree.SYSTEM).groups() == (
         "0",
         "5",
     )
