@@ -27,10 +27,13 @@ from typing import Any
 
 from sae_workbench import paths
 from sae_workbench.errors import WorkbenchError
-from sae_workbench.evaluation.absorption.eval import AbsorptionConfig, AbsorptionResult
+from sae_workbench.evaluation.absorption.eval import AbsorptionConfig, AbsorptionResult, LetterAbsorption
 from sae_workbench.evaluation.absorption.probes import build_prompt
+from sae_workbench.evaluation.absorption.seeds import SeedSpread
 
 EVAL_TYPE_ABSORPTION = "absorption_first_letter"  # SAEBench EVAL_TYPE_ID_ABSORPTION
+# Workbench-only: the summary of several seeds' absorption runs (not a SAEBench eval type; same envelope).
+EVAL_TYPE_ABSORPTION_SEEDS = "absorption_first_letter_seeds"
 EVAL_TYPE_CORE = "core"  # SAEBench EVAL_TYPE_ID_CORE
 # A word whose prompt measures the template's word position (any word that stays one token in context will do).
 OFFSET_PROBE_WORD = " apple"
@@ -199,6 +202,91 @@ def absorption_eval_json(
         eval_id=eval_id,
         now_ms=now_ms,
     )
+
+
+class StoredAbsorptionError(WorkbenchError):
+    """A stored absorption document lacks the per-letter results a summary over seeds needs."""
+
+
+def letters_from_eval_json(doc: dict[str, Any]) -> list[LetterAbsorption]:
+    """Every letter of a stored absorption document (included or not), from its eval_result_unstructured."""
+    rows = (doc.get("eval_result_unstructured") or {}).get("letters")
+    if not rows:
+        raise StoredAbsorptionError(
+            f"absorption eval {doc.get('eval_id')} records no per-letter results; rerun it with --force"
+        )
+    return [LetterAbsorption(**row) for row in rows]
+
+
+def absorption_seeds_config(
+    cfg: AbsorptionConfig, model_name: str, seeds: list[int], *, llm_dtype: str
+) -> dict[str, Any]:
+    """The per-seed runs' shared settings, with `random_seeds` (the list) in place of random_seed."""
+    config = absorption_eval_config(cfg, model_name, llm_dtype=llm_dtype)
+    del config["random_seed"]
+    config["workbench"]["probing"].pop("seed")
+    return {**config, "random_seeds": list(seeds)}
+
+
+def absorption_seeds_json(
+    spread: SeedSpread,
+    cfg: AbsorptionConfig,
+    *,
+    sae_id: str,
+    model_name: str,
+    llm_dtype: str,
+    eval_ids: dict[int, int | None],
+    sae_cfg: dict[str, Any] | None = None,
+    eval_id: str | None = None,
+    now_ms: int | None = None,
+) -> dict[str, Any]:
+    """The spread over seeds in the SAEBench envelope, every figure as {mean, low, high, n} (NaN → null).
+
+    eval_result_metrics["mean"]: the SAE-level means with their intervals over seeds; eval_result_details: one entry
+    per letter (n_seeds = seeds in which it was included, of_seeds = seeds run); eval_result_unstructured["seeds"]:
+    each seed's own SAE-level metrics and the store id of its single-run document (`eval_ids`, None unstored).
+    """
+    details = [
+        {
+            "first_letter": x.first_letter,
+            "n_seeds": x.n_seeds,
+            "of_seeds": x.of_seeds,
+            "mean_absorption_fraction": dataclasses.asdict(x.absorption_fraction),
+            "full_absorption_rate": dataclasses.asdict(x.full_absorption_rate),
+            "num_split_features": dataclasses.asdict(x.num_split_features),
+            "probe_f1": dataclasses.asdict(x.probe_f1),
+        }
+        for x in spread.letters
+    ]
+    metrics = {
+        "mean": {
+            "mean_absorption_fraction_score": dataclasses.asdict(spread.mean_absorption_fraction_score),
+            "mean_full_absorption_score": dataclasses.asdict(spread.mean_full_absorption_score),
+            "mean_num_split_features": dataclasses.asdict(spread.mean_num_split_features),
+        },
+        "confidence": spread.confidence,
+        "n_seeds": len(spread.seeds),
+    }
+    unstructured = {
+        "seeds": [
+            {"seed": seed, "eval_id": eval_ids.get(seed), "metrics": dataclasses.asdict(m)}
+            for seed, m in spread.per_seed.items()
+        ]
+    }
+    doc = _envelope(
+        EVAL_TYPE_ABSORPTION_SEEDS,
+        absorption_seeds_config(cfg, model_name, spread.seeds, llm_dtype=llm_dtype),
+        metrics,
+        details,
+        sae_id=sae_id,
+        model_name=model_name,
+        hook_name=cfg.probing.hook(),
+        sae_cfg=sae_cfg,
+        unstructured=unstructured,
+        eval_id=eval_id,
+        now_ms=now_ms,
+    )
+    return _finite(doc)
 
 
 def group_core_metrics(metrics: dict[str, Any]) -> dict[str, dict[str, Any]]:

@@ -16,6 +16,10 @@ from dataclasses import dataclass
 import numpy as np
 from scipy import stats
 
+# Moved to the core so absorption (a peer of the scorers) shares it; re-exported for the scorers' callers.
+from sae_workbench.stats import MeanCI as MeanCI
+from sae_workbench.stats import t_confidence_interval as t_confidence_interval
+
 # Tree-explainer spec (Ma et al., NeurIPS 2025): the score is NaN when the true activations have variance < 1e-10.
 TRUE_VARIANCE_EPS = 1e-10
 # PRISM's MAD divides by the control activations' sample standard deviation: torch's Tensor.std() is unbiased
@@ -165,34 +169,6 @@ def mann_whitney_p(generated: np.ndarray, control: np.ndarray) -> float:
     if np.all(np.concatenate([a1, a0]) == a1[0]):
         return 1.0
     return float(stats.mannwhitneyu(a1, a0, alternative="greater").pvalue)
-
-
-@dataclass(frozen=True)
-class MeanCI:
-    """A mean with a two-sided Student-t confidence interval."""
-
-    mean: float
-    """Mean of the finite values (NaN if none)."""
-    low: float
-    """Lower bound (NaN with fewer than 2 values)."""
-    high: float
-    """Upper bound (NaN with fewer than 2 values)."""
-    n: int
-    """Number of finite values used."""
-
-
-def t_confidence_interval(values: Sequence[float] | np.ndarray, confidence: float = 0.95) -> MeanCI:
-    """Mean ± t_{(1+c)/2, n−1} · s / √n over the finite values (PRISM reports mean AUC with a 95% t CI)."""
-    v = np.asarray(values, dtype=np.float64).ravel()
-    v = v[np.isfinite(v)]
-    n = int(v.size)
-    if n == 0:
-        return MeanCI(math.nan, math.nan, math.nan, 0)
-    m = float(v.mean())
-    if n < 2:
-        return MeanCI(m, math.nan, math.nan, n)
-    half = float(stats.t.ppf((1 + confidence) / 2, n - 1)) * float(v.std(ddof=1)) / math.sqrt(n)
-    return MeanCI(m, m - half, m + half, n)
 
 
 def mean_std(values: Sequence[float] | np.ndarray) -> tuple[float, float]:

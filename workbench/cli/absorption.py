@@ -3,6 +3,12 @@
     workbench absorption --toy
     workbench absorption --sae runs/topk-8x --store runs/wb.duckdb --json runs/absorption.json
     workbench absorption --sae runs/topk-8x --preset paper      # SAEBench's settings (10 ICL examples)
+    workbench absorption --sae runs/topk-8x --store runs/wb.duckdb --seeds 0,1,2 --json runs/abs/absorption.json
+
+--seeds runs the eval once per seed (each stored as its own run; a rerun resumes seed by seed) and summarises per
+letter and per SAE with 95% Student-t intervals over the seeds (evaluation/absorption/seeds.py says what a seed
+changes); the summary is stored as eval type absorption_first_letter_seeds and written to absorption-seeds.json in
+--json's folder, beside one SAEBench document per seed (absorption-seed0.json, ...).
 
 Residuals at the word tokens are cached on disk by model, layer and settings (a killed run resumes from the last
 saved chunk); with --store, a finished result for the same SAE and settings is reused unless --force.
@@ -15,7 +21,7 @@ import json
 import logging
 from dataclasses import asdict, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
@@ -23,7 +29,14 @@ from sae_workbench import defaults
 from sae_workbench.cli import loaders, options
 from sae_workbench.errors import WorkbenchError
 
+if TYPE_CHECKING:
+    from sae_workbench.evaluation.absorption.eval import AbsorptionConfig
+    from sae_workbench.store import EvalRecord, Store
+
 log = logging.getLogger(__name__)
+
+SEEDS_JSON = "absorption-seeds.json"
+"""File name of the summary over seeds, written in --json's folder."""
 
 
 class AbsorptionCLIError(WorkbenchError):
@@ -69,6 +82,182 @@ def config_key(eval_config: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(eval_config, sort_keys=True, default=str).encode()).hexdigest()[:16]
 
 
+def parse_seeds(text: str) -> list[int]:
+    """'0,1,2' → [0, 1, 2]; at least two distinct integers (one seed has no spread to report)."""
+    try:
+        seeds = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise AbsorptionCLIError(
+            f"--seeds takes integers separated by commas, e.g. 0,1,2; got {text!r}"
+        ) from None
+    if len(seeds) < 2 or len(set(seeds)) != len(seeds):
+        raise AbsorptionCLIError(f"--seeds needs at least two distinct seeds, e.g. 0,1,2; got {text!r}")
+    return seeds
+
+
+def _stored(db: Store | None, sae_id: str, key: str, eval_type: str | None = None) -> EvalRecord | None:
+    """The latest stored absorption eval of this SAE with this config key, or None."""
+    from sae_workbench.evaluation.absorption.saebench import EVAL_TYPE_ABSORPTION
+
+    if db is None:
+        return None
+    done = [
+        e
+        for e in db.evals(sae_id, eval_type or EVAL_TYPE_ABSORPTION)
+        if e.eval.get("workbench_config_key") == key
+    ]
+    return done[-1] if done else None
+
+
+class _Run:
+    """One SAE's absorption runs: the settings shared by every seed, and the subject model, loaded once if needed."""
+
+    def __init__(
+        self, cfg: AbsorptionConfig, sae: Any, sae_id: str, model: str, dtype: str, step: Any
+    ) -> None:
+        """Keep what every seed's run needs; the subject model loads on the first `compute`."""
+        self.cfg, self.sae, self.sae_id, self.model, self.dtype, self.step = (
+            cfg,
+            sae,
+            sae_id,
+            model,
+            dtype,
+            step,
+        )
+        self._subject: Any = None
+
+    def compute(
+        self, cfg: AbsorptionConfig, db: Store | None, force_model: bool, progress: bool
+    ) -> tuple[dict[str, Any], int | None]:
+        """Run the eval with `cfg`, return its SAEBench document and its store id (stored when `db` is given)."""
+        from sae_workbench.evaluation.absorption.eval import run_absorption
+        from sae_workbench.evaluation.absorption.saebench import (
+            EVAL_TYPE_ABSORPTION,
+            absorption_eval_config,
+            absorption_eval_json,
+            word_token_offset,
+        )
+        from sae_workbench.models import load_model
+
+        if self._subject is None:
+            self.step(f"loading model {self.model} ({self.dtype})")
+            self._subject = load_model(self.model, dtype=self.dtype)
+        self.step(f"first-letter probes at {cfg.probing.hook()}, then the SAE's k-sparse probes")
+        result = run_absorption(self._subject, self.sae, cfg, force_model=force_model, progress=progress)
+        doc = absorption_eval_json(
+            result,
+            cfg,
+            sae_id=self.sae_id,
+            model_name=self.model,
+            llm_dtype=self.dtype,
+            prompt_token_pos=word_token_offset(self._subject.tokenizer, cfg.probing.template),
+            sae_cfg=self.sae.cfg.to_dict(),
+        )
+        doc["workbench_config_key"] = config_key(
+            absorption_eval_config(cfg, self.model, llm_dtype=self.dtype)
+        )
+        doc["workbench_preset"] = cfg.preset
+        return doc, self.store(db, EVAL_TYPE_ABSORPTION, doc)
+
+    def store(self, db: Store | None, eval_type: str, doc: dict[str, Any]) -> int | None:
+        """Register the SAE and add `doc` to the store; None without a store."""
+        if db is None:
+            return None
+        c = self.sae.cfg
+        db.register_sae(
+            self.sae_id, self.model, self.cfg.probing.hook(), int(c.d_in), int(c.d_sae), c.to_dict()
+        )
+        return db.add_eval(self.sae_id, eval_type, doc)
+
+    @staticmethod
+    def write_json(doc: dict[str, Any], path: Path) -> None:
+        """Write an eval document and say where."""
+        from sae_workbench.evaluation.absorption.saebench import write_eval_json
+
+        write_eval_json(doc, path)
+        typer.echo(f"wrote {path}")
+
+
+def _print_result(doc: dict[str, Any]) -> None:
+    """A single run's SAE-level metrics and its top absorbing features, from its document."""
+    m = doc["eval_result_metrics"]["mean"]
+    typer.echo(
+        f"mean_absorption_fraction_score={m['mean_absorption_fraction_score']:.4f} "
+        f"mean_full_absorption_score={m['mean_full_absorption_score']:.4f} "
+        f"mean_num_split_features={m['mean_num_split_features']:.2f} "
+        f"({len(doc['eval_result_details'])}/26 letters with probe F1 > {doc['eval_config']['min_GT_probe_f1']})"
+    )
+    for f in doc["eval_result_unstructured"]["absorbing_features"][:5]:
+        typer.echo(
+            f"  feature {f['feature_id']} absorbs '{f['letter']}' on {f['num_tokens']} tokens, e.g. {f['tokens'][:5]}"
+        )
+
+
+def _run_seeds(
+    run: _Run,
+    seeds: list[int],
+    db: Store | None,
+    store: Path | None,
+    json_out: Path | None,
+    force: bool,
+    force_model: bool,
+    progress: bool,
+) -> None:
+    """Run (or take from the store) one absorption eval per seed, then summarise them with intervals over seeds."""
+    from sae_workbench.evaluation.absorption.saebench import (
+        EVAL_TYPE_ABSORPTION_SEEDS,
+        absorption_eval_config,
+        absorption_seeds_config,
+        absorption_seeds_json,
+        letters_from_eval_json,
+    )
+    from sae_workbench.evaluation.absorption.seeds import seed_spread, spread_table
+
+    docs: dict[int, dict[str, Any]] = {}
+    eval_ids: dict[int, int | None] = {}
+    for s in seeds:
+        cfg = replace(run.cfg, probing=replace(run.cfg.probing, seed=s))
+        key = config_key(absorption_eval_config(cfg, run.model, llm_dtype=run.dtype))
+        done = None if force else _stored(db, run.sae_id, key)
+        if done is not None:
+            docs[s], eval_ids[s] = done.eval, done.id
+            typer.echo(f"seed {s}: already in {store} (eval {done.id})")
+        else:
+            docs[s], eval_ids[s] = run.compute(cfg, db, force_model, progress)
+            where = f"stored as eval {eval_ids[s]}" if db is not None else "not stored (no --store)"
+            m = docs[s]["eval_result_metrics"]["mean"]
+            typer.echo(
+                f"seed {s}: {where}; mean_absorption_fraction_score={m['mean_absorption_fraction_score']:.4f}"
+            )
+        if json_out is not None:
+            run.write_json(
+                docs[s], json_out.with_name(f"{json_out.stem}-seed{s}{json_out.suffix or '.json'}")
+            )
+    spread = seed_spread({s: letters_from_eval_json(doc) for s, doc in docs.items()})
+    summary_key = config_key(absorption_seeds_config(run.cfg, run.model, seeds, llm_dtype=run.dtype))
+    summary = absorption_seeds_json(
+        spread, run.cfg, sae_id=run.sae_id, model_name=run.model, llm_dtype=run.dtype, eval_ids=eval_ids,
+        sae_cfg=run.sae.cfg.to_dict(),
+    )  # fmt: skip
+    summary["workbench_config_key"] = summary_key
+    summary["workbench_preset"] = run.cfg.preset
+    previous = _stored(db, run.sae_id, summary_key, EVAL_TYPE_ABSORPTION_SEEDS)
+    if (
+        previous is not None
+        and previous.eval["eval_result_unstructured"] == summary["eval_result_unstructured"]
+    ):
+        summary = previous.eval  # same seeds' runs: the stored summary stands
+        typer.echo(f"summary already in {store} (eval {previous.id})")
+    else:
+        summary_id = run.store(db, EVAL_TYPE_ABSORPTION_SEEDS, summary)
+        if summary_id is not None:
+            typer.echo(f"summary stored as eval {summary_id} ({EVAL_TYPE_ABSORPTION_SEEDS}) in {store}")
+    if json_out is not None:
+        run.write_json(summary, json_out.parent / SEEDS_JSON)
+    for line in spread_table(spread):
+        typer.echo(line)
+
+
 def absorption(
     toy: bool = typer.Option(False, "--toy", help="Run the synthetic toy model instead of a real SAE."),
     sae: options.OptionalSaePath = None,
@@ -100,11 +289,25 @@ def absorption(
         "float32", help="Model dtype (bfloat16 is ~2.5× faster on CPU, 0.8% different)."
     ),
     seed: options.OptionalSeed = None,
+    seeds: Annotated[
+        str | None,
+        typer.Option(
+            "--seeds",
+            help="Run once per seed, e.g. 0,1,2 (instead of --seed), then summarise: per letter and SAE-level "
+            "means with 95% Student-t intervals over the seeds. Each seed is stored as its own run (a rerun "
+            "resumes seed by seed); the summary goes to the store and to absorption-seeds.json beside --json.",
+        ),
+    ] = None,
     force: bool = typer.Option(False, help="Recompute even if the store already has this result."),
     force_model: options.ForceModel = False,
     progress: options.Progress = True,
 ) -> None:
     """Measure feature absorption (Chanin et al. 2409.14507) with SAEBench's metrics, or run the toy model."""
+    seed_list = None if seeds is None else parse_seeds(seeds)
+    if seed_list is not None and (seed is not None or toy):
+        raise AbsorptionCLIError(
+            "--seeds runs the real eval once per seed; do not combine it with --seed or --toy."
+        )
     if toy:
         _print_toy(defaults.DEFAULT_SEED if seed is None else seed)
         return
@@ -112,15 +315,8 @@ def absorption(
         raise AbsorptionCLIError(
             "pass --sae PATH (an SAE trained on --model), or --toy for the synthetic toy model."
         )
-    from sae_workbench.evaluation.absorption.eval import AbsorptionConfig, run_absorption
-    from sae_workbench.evaluation.absorption.saebench import (
-        EVAL_TYPE_ABSORPTION,
-        absorption_eval_config,
-        absorption_eval_json,
-        word_token_offset,
-        write_eval_json,
-    )
-    from sae_workbench.models import load_model
+    from sae_workbench.evaluation.absorption.eval import AbsorptionConfig
+    from sae_workbench.evaluation.absorption.saebench import absorption_eval_config
     from sae_workbench.sae.io import load_sae, sae_id_of
 
     # Settings not given keep the preset's values (SAEBench's, cited in the configs).
@@ -141,55 +337,28 @@ def absorption(
         min_letters=cfg.min_letters if min_letters is None else min_letters,
         min_probe_f1=cfg.min_probe_f1 if min_probe_f1 is None else min_probe_f1,
     )
-    hook = cfg.probing.hook()
-    sae_id = sae_id_of(loaded, model, hook, sae)
-    key = config_key(absorption_eval_config(cfg, model, llm_dtype=dtype))
+    run = _Run(cfg, loaded, sae_id_of(loaded, model, cfg.probing.hook(), sae), model, dtype, step)
     db = None
     if store is not None:
         from sae_workbench.store import Store
 
         db = Store.open(store)
-        done = [
-            e for e in db.evals(sae_id, EVAL_TYPE_ABSORPTION) if e.eval.get("workbench_config_key") == key
-        ]
-        if done and not force:
-            m = done[-1].eval["eval_result_metrics"]["mean"]
-            typer.echo(f"already in {store} (eval {done[-1].id}); --force recomputes. {json.dumps(m)}")
+    if seed_list is None:
+        done = (
+            None
+            if force
+            else _stored(db, run.sae_id, config_key(absorption_eval_config(cfg, model, llm_dtype=dtype)))
+        )
+        if done is not None:
+            m = done.eval["eval_result_metrics"]["mean"]
+            typer.echo(f"already in {store} (eval {done.id}); --force recomputes. {json.dumps(m)}")
             return
-    step(f"loading model {model} ({dtype})")
-    subject = load_model(model, dtype=dtype)
-    step(f"first-letter probes at {hook}, then the SAE's k-sparse probes")
-    result = run_absorption(subject, loaded, cfg, force_model=force_model, progress=progress)
-    doc = absorption_eval_json(
-        result,
-        cfg,
-        sae_id=sae_id,
-        model_name=model,
-        llm_dtype=dtype,
-        prompt_token_pos=word_token_offset(subject.tokenizer, cfg.probing.template),
-        sae_cfg=loaded.cfg.to_dict(),
-    )
-    doc["workbench_config_key"] = key
-    doc["workbench_preset"] = cfg.preset
-    if db is not None:
-        db.register_sae(
-            sae_id, model, hook, int(loaded.cfg.d_in), int(loaded.cfg.d_sae), loaded.cfg.to_dict()
-        )
-        eval_id = db.add_eval(sae_id, EVAL_TYPE_ABSORPTION, doc)
-        typer.echo(f"stored as eval {eval_id} for SAE {sae_id} in {store}")
-    if json_out is not None:
-        write_eval_json(doc, json_out)
-        typer.echo(f"wrote {json_out}")
-    m = result.metrics
-    typer.echo(
-        f"mean_absorption_fraction_score={m.mean_absorption_fraction_score:.4f} "
-        f"mean_full_absorption_score={m.mean_full_absorption_score:.4f} "
-        f"mean_num_split_features={m.mean_num_split_features:.2f} "
-        f"({sum(x.included for x in result.letters)}/26 letters with probe F1 > {cfg.min_probe_f1})"
-    )
-    top = result.absorbing_features[:5]
-    for f in top:
-        typer.echo(
-            f"  feature {f.feature_id} absorbs '{f.letter}' on {f.num_tokens} tokens, e.g. {f.tokens[:5]}"
-        )
-    log.debug("config %s", asdict(cfg))
+        doc, eval_id = run.compute(cfg, db, force_model, progress)
+        if db is not None:
+            typer.echo(f"stored as eval {eval_id} for SAE {run.sae_id} in {store}")
+        if json_out is not None:
+            run.write_json(doc, json_out)
+        _print_result(doc)
+        log.debug("config %s", asdict(cfg))
+        return
+    _run_seeds(run, seed_list, db, store, json_out, force, force_model, progress)
