@@ -206,6 +206,25 @@ def _is_transformer_lens_name(name: str) -> bool:
     return any(name in aliases for aliases in MODEL_ALIASES.values())
 
 
+BF16_CPU_FLAGS = frozenset({"avx512_bf16", "amx_bf16"})
+"""CPU flags (Linux /proc/cpuinfo) of native bfloat16 matrix instructions; without one, torch emulates bfloat16."""
+
+
+def fast_cpu_dtype(cpuinfo: Path = Path("/proc/cpuinfo")) -> str:
+    """ "bfloat16" where this CPU multiplies bfloat16 natively (BF16_CPU_FLAGS), else "float32".
+
+    design.md measured bfloat16 2.5× faster on a CPU with avx512_bf16; on one without (the 2-core AMD EPYC VMs this
+    project runs on), torch emulates it and a 512×576×1536 matmul took 0.79 s against 0.016 s in float32 (50×)."""
+    try:
+        text = cpuinfo.read_text()
+    except OSError:  # not Linux: keep the exact dtype
+        return "float32"
+    flags = {
+        f for line in text.splitlines() if line.startswith("flags") for f in line.split(":", 1)[1].split()
+    }
+    return "bfloat16" if flags & BF16_CPU_FLAGS else "float32"
+
+
 def load_model(name: str = DEFAULT_MODEL, device: str = "cpu", dtype: str = "float32") -> HookedTransformer:
     """Load a subject model by name: the default, ``tiny[:seed]``, a local HF directory, or a TransformerLens name."""
     torch_dtype = getattr(torch, dtype)

@@ -144,3 +144,20 @@ def test_hook_width_flattens_heads(tiny_model):
     assert hook_shape(tiny_model, "blocks.0.attn.hook_z") == (cfg.n_heads, cfg.d_head)
     assert hook_width(tiny_model, "blocks.0.attn.hook_z") == cfg.n_heads * cfg.d_head
     assert hook_width(tiny_model, "blocks.0.mlp.hook_post") == cfg.d_mlp
+
+
+def test_fast_cpu_dtype_is_bfloat16_only_with_native_bf16(tmp_path) -> None:
+    """bfloat16 where the CPU flags say it is native, else float32 (emulated bfloat16 is 50× slower here)."""
+    from sae_workbench.models import fast_cpu_dtype
+
+    plain = tmp_path / "plain"
+    plain.write_text(
+        "processor\t: 0\nflags\t\t: fpu sse sse2 avx2 fma\n\nprocessor\t: 1\nflags\t\t: fpu avx2\n"
+    )
+    native = tmp_path / "native"
+    native.write_text("processor\t: 0\nflags\t\t: fpu avx2 avx512f avx512_bf16\n")
+    amx = tmp_path / "amx"
+    amx.write_text("flags\t\t: fpu avx2 amx_tile amx_bf16\n")
+    assert fast_cpu_dtype(plain) == "float32"
+    assert fast_cpu_dtype(native) == "bfloat16" and fast_cpu_dtype(amx) == "bfloat16"
+    assert fast_cpu_dtype(tmp_path / "missing") == "float32"  # not Linux: the exact dtype
