@@ -55,9 +55,9 @@ system-deps:
 demo: system-deps venv
 	$(VENV)/bin/workbench demo
 
-# `make test`: every test not marked slow (~7 min on 2 cores), with coverage ([tool.coverage] in pyproject.toml),
+# `make test`: every test not marked slow (~14 min on 2 cores), with coverage ([tool.coverage] in pyproject.toml),
 # printed before pytest's summary line, which stays the last line. `make test-slow`: the slow integration tests
-# (SmolLM2, Ray clusters, the browser, S3 on moto; ~30 min). CI (.ci/run) runs both; `make test-all` runs all in one.
+# (SmolLM2, Ray clusters, the browser, S3 on moto; ~55 min). CI (.ci/run) runs both; `make test-all` runs all in one.
 test: system-deps venv
 	$(PY) -m pytest -q -m "not slow" --cov --cov-report=term
 
