@@ -37,7 +37,7 @@ PAPER_EMBEDDING_MODEL = "Alibaba-NLP/gte-Qwen2-1.5B-instruct"
 """The reference's CLUSTER_EMBEDDING_MODEL_NAME (lkopf/prism src/utils/config.py), used for clustering and for the
 polysemanticity score (meta_evaluation.py)."""
 
-PRISM_PRESETS = ("default", "paper")
+PRISM_PRESETS = ("default", "paper", "smoke")
 """Names `PrismConfig.preset` takes (`workbench explain --preset`)."""
 
 
@@ -80,12 +80,20 @@ class PrismConfig:
         )  # fmt: skip
 
     @classmethod
+    def smoke(cls) -> PrismConfig:
+        """Two clusters of the top 10 texts (texts at or above p90): checks that PRISM runs end to end on a real LLM
+        in two describer calls per feature (the demo's LLM stage); not a setting to report results with."""
+        return cls(percentile=90.0, n_texts=10, k=2, preset="smoke")
+
+    @classmethod
     def named(cls, preset: str) -> PrismConfig:
         """The settings of a preset by name (PrismConfigError for an unknown one)."""
         if preset == "default":
             return cls()
         if preset == "paper":
             return cls.paper()
+        if preset == "smoke":
+            return cls.smoke()
         raise PrismConfigError(f"unknown PRISM preset {preset!r}; choose one of {', '.join(PRISM_PRESETS)}")
 
 

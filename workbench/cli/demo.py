@@ -72,11 +72,15 @@ class DemoConfig:
     """Features given ProxySPEX interactions (`--quick`, one top example each) when the extra is installed."""
     interaction_budget: int = 1000
     """Masks per ProxySPEX method (the budget rule's floor, specs/attribution.md B.3)."""
-    llm_features: int = 3
+    llm_features: int = 2
     """Features the LLM explainers (one-shot, tree, PRISM) explain and the LLM scorers score (the first that fire)."""
-    llm_stage_budget_s: float = 900.0
-    """Wall seconds one LLM stage may take (2 cores, SmolLM2-135M on the local server); a stage past it is stopped,
-    reported and skipped, and keeps what it stored (rerunning the demo resumes it)."""
+    llm_preset: str = "smoke"
+    """Preset of the LLM tree and PRISM stages: 'smoke', the smallest search (a check that they run end to end on a
+    real LLM; the default presets take tens of calls per feature, minutes each on 2 cores)."""
+    llm_budget_s: float = 600.0
+    """Wall seconds all LLM stages together may take (2 cores, SmolLM2-135M on the local server); each stage gets
+    what is left, a stage past it is stopped and the rest are skipped, each reported; what a stage stored is kept
+    (rerunning the demo resumes it)."""
 
 
 FAST = DemoConfig(
@@ -312,6 +316,8 @@ def demo_features(store: Path, sae_id: str, n_explained: int, n: int) -> list[in
     return fired[:n]
 
 
+MIN_STAGE_S = 20.0
+"""An LLM stage is started only with at least this many seconds of the budget left."""
 LLM_EXPLAINERS = ("oneshot", "tree", "prism")
 LLM_SCORERS = ("detection", "simulation")
 
@@ -320,8 +326,8 @@ def _run_llm_stages(cfg: DemoConfig, store: Path, sae_id: str, run_dir: Path, lo
     """One-shot, tree and PRISM on the first `cfg.llm_features` features that fire, scored with detection and
     simulation (random negatives) next to the lexical explanations of the same features, on the configured endpoint,
     or else on a local llama-cpp-python server for SmolLM2-135M-Instruct started for these stages and stopped after
-    them (its log in `<out>/llm-server`). Each stage has `cfg.llm_stage_budget_s`; a stage that fails or passes it
-    is reported and skipped. Returns the note the report starts with (which model, its size, a smoke test)."""
+    them (its log in `<out>/llm-server`). The stages share `cfg.llm_budget_s`; a stage that fails or passes what is
+    left is reported and skipped. Returns the note the report starts with (which model, its size, a smoke test)."""
     import importlib.util
 
     from sae_workbench.llm.config import endpoint_status
@@ -350,12 +356,17 @@ def _run_llm_stages(cfg: DemoConfig, store: Path, sae_id: str, run_dir: Path, lo
             model, size = status.config.model if status.config else "?", "size not known to the workbench"
         picked = ",".join(map(str, chosen))
         common = ["--store", str(store), "--sae", sae_id, "--features", picked]
+        deadline = time.monotonic() + cfg.llm_budget_s
         for explainer in LLM_EXPLAINERS:
-            _budgeted(f"explain-{explainer}", ["explain", *common, "--explainer", explainer], logs, cfg)
+            preset = ["--preset", cfg.llm_preset] if explainer in ("tree", "prism") else []
+            args = ["explain", *common, "--explainer", explainer, *preset]
+            _budgeted(f"explain-{explainer}", args, logs, deadline)
         for scorer in LLM_SCORERS:
             for explainer in ("lexical", *LLM_EXPLAINERS):
                 args = ["score", *common, "--scorer", scorer, "--negatives", "random_negative"]
-                _budgeted(f"score-{scorer}-{explainer}-llm", [*args, "--explainer", explainer], logs, cfg)
+                _budgeted(
+                    f"score-{scorer}-{explainer}-llm", [*args, "--explainer", explainer], logs, deadline
+                )
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -368,10 +379,17 @@ def _run_llm_stages(cfg: DemoConfig, store: Path, sae_id: str, run_dir: Path, lo
     )
 
 
-def _budgeted(step: str, args: list[str], logs: Path, cfg: DemoConfig) -> None:
-    """Run an LLM stage within its time budget; a failure is reported and skipped."""
+def _budgeted(step: str, args: list[str], logs: Path, deadline: float) -> None:
+    """Run an LLM stage within what is left of the LLM stages' budget (until the monotonic `deadline`); a failure or
+    a spent budget is reported and the stage skipped."""
+    left = deadline - time.monotonic()
+    if left < MIN_STAGE_S:
+        typer.secho(
+            f"{step} skipped: the LLM stages' budget is spent (rerun the demo to resume)", fg="yellow"
+        )
+        return
     try:
-        _run(step, args, logs, timeout_s=cfg.llm_stage_budget_s)
+        _run(step, args, logs, timeout_s=left)
     except DemoStepError as err:
         typer.secho(f"{step} skipped: {err}", fg="yellow")
 

@@ -198,7 +198,9 @@ Preset = Annotated[
     str,
     typer.Option(
         "--preset",
-        help="Method settings: 'default', or 'paper' (the reference code's values). explain: tree = depth 2, width "
+        help="Method settings: 'default', 'paper' (the reference code's values), or 'smoke' (explain's tree and prism "
+        "only: the smallest search, 1 root and 1 revision, and 2 clusters of 10 texts; a check that they run on a "
+        "real LLM, not a setting for results). paper: explain: tree = depth 2, width "
         "2, roots at temperature 1.0 with 5 few-shot examples, train positives only, train/valid scored on 0..5 "
         "values, stop rule after pruning (default: depth 3, width 3); prism = p99, 1000 texts, k 5, "
         "gte-Qwen2-1.5B-instruct embeddings, seed 42. score: simulation, detection, fuzzing, embedding = 32-token "
