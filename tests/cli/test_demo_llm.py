@@ -40,3 +40,5 @@ def test_llm_stages_share_one_budget(tmp_path: Path, capsys: pytest.CaptureFixtu
     out = capsys.readouterr().out
     assert (logs / "first.log").exists() and not (logs / "second.log").exists()
     assert "second skipped: the LLM stages' budget is spent" in out
+    assert demo_cli._llm_weight("explain-tree") == 4 * demo_cli._llm_weight("explain-oneshot")  # pyright: ignore[reportPrivateUsage]
+    assert demo_cli._llm_weight("score-simulation-tree-llm") == 2.0  # pyright: ignore[reportPrivateUsage]

@@ -72,7 +72,7 @@ class DemoConfig:
     """Features given ProxySPEX interactions (`--quick`, one top example each) when the extra is installed."""
     interaction_budget: int = 1000
     """Masks per ProxySPEX method (the budget rule's floor, specs/attribution.md B.3)."""
-    llm_features: int = 2
+    llm_features: int = 1
     """Features the LLM explainers (one-shot, tree, PRISM) explain and the LLM scorers score (the first that fire)."""
     llm_preset: str = "smoke"
     """Preset of the LLM tree and PRISM stages: 'smoke', the smallest search (a check that they run end to end on a
@@ -356,17 +356,18 @@ def _run_llm_stages(cfg: DemoConfig, store: Path, sae_id: str, run_dir: Path, lo
             model, size = status.config.model if status.config else "?", "size not known to the workbench"
         picked = ",".join(map(str, chosen))
         common = ["--store", str(store), "--sae", sae_id, "--features", picked]
-        deadline = time.monotonic() + cfg.llm_budget_s
+        stages = []
         for explainer in LLM_EXPLAINERS:
             preset = ["--preset", cfg.llm_preset] if explainer in ("tree", "prism") else []
-            args = ["explain", *common, "--explainer", explainer, *preset]
-            _budgeted(f"explain-{explainer}", args, logs, deadline)
+            stages.append((f"explain-{explainer}", ["explain", *common, "--explainer", explainer, *preset]))
         for scorer in LLM_SCORERS:
             for explainer in ("lexical", *LLM_EXPLAINERS):
                 args = ["score", *common, "--scorer", scorer, "--negatives", "random_negative"]
-                _budgeted(
-                    f"score-{scorer}-{explainer}-llm", [*args, "--explainer", explainer], logs, deadline
-                )
+                stages.append((f"score-{scorer}-{explainer}-llm", [*args, "--explainer", explainer]))
+        deadline = time.monotonic() + cfg.llm_budget_s
+        weights = [_llm_weight(step) for step, _ in stages]
+        for i, (step, args) in enumerate(stages):
+            _budgeted(step, args, logs, deadline, weights[i] / sum(weights[i:]))
     finally:
         os.environ.clear()
         os.environ.update(saved)
@@ -379,9 +380,16 @@ def _run_llm_stages(cfg: DemoConfig, store: Path, sae_id: str, run_dir: Path, lo
     )
 
 
-def _budgeted(step: str, args: list[str], logs: Path, deadline: float) -> None:
-    """Run an LLM stage within what is left of the LLM stages' budget (until the monotonic `deadline`); a failure or
-    a spent budget is reported and the stage skipped."""
+def _llm_weight(step: str) -> float:
+    """A stage's share of the LLM budget, in units of one answer per feature: the smoke tree asks ~4× the calls of
+    one-shot (a root, a revision and the simulator on both), simulation ~2× detection (records in chunks)."""
+    return 4.0 if step == "explain-tree" else 2.0 if step.startswith("score-simulation") else 1.0
+
+
+def _budgeted(step: str, args: list[str], logs: Path, deadline: float, share: float = 1.0) -> None:
+    """Run an LLM stage within its `share` of what is left of the LLM stages' budget (until the monotonic
+    `deadline`; shares by `_llm_weight` over the stages left, so that no stage starves the later ones and what one
+    leaves unused goes to the rest); a failure or a spent budget is reported and the stage skipped."""
     left = deadline - time.monotonic()
     if left < MIN_STAGE_S:
         typer.secho(
@@ -389,7 +397,7 @@ def _budgeted(step: str, args: list[str], logs: Path, deadline: float) -> None:
         )
         return
     try:
-        _run(step, args, logs, timeout_s=left)
+        _run(step, args, logs, timeout_s=max(MIN_STAGE_S, left * share))
     except DemoStepError as err:
         typer.secho(f"{step} skipped: {err}", fg="yellow")
 
