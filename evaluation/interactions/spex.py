@@ -79,6 +79,9 @@ class InteractionResult:
     """Of `wall_s`, the seconds spent in the value function (the model forwards); the rest is mostly LightGBM."""
     meta: dict[str, Any] = dataclasses.field(default_factory=lambda: dict[str, Any]())
     """What the game was (feature, position, player type, masking); filled by `feature_interactions`."""
+    method: str = "proxyspex"
+    """How the Möbius coefficients were found: 'proxyspex', or 'exact' when the budget covers all 2^n coalitions
+    (the transform itself; ProxySPEX's 5-fold tree fit fails on fewer than 5 masks, e.g. 2 players)."""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serialisable fields."""
@@ -160,8 +163,12 @@ def explain_game(
     budget = budget_for(n) if budget is None else int(budget)
     start = time.perf_counter()
     recorder = _Recorder(game)
+    exact = budget >= 2**n  # every coalition is evaluated: compute the transform instead of fitting a proxy
     try:
-        found = shapiq_adapter.proxyspex_moebius(recorder, n, budget, seed, grid)
+        if exact:
+            found = shapiq_adapter.exact_moebius(recorder, n)
+        else:
+            found = shapiq_adapter.proxyspex_moebius(recorder, n, budget, seed, grid)
         degenerate = False
     except shapiq_adapter.DegenerateProxyError:
         found, degenerate = {}, True
@@ -204,5 +211,5 @@ def explain_game(
         full_value=float(extremes[1]), top_terms=top, singletons=tuple(singles), order2=order2, r2=r2,
         n_moebius=len(moebius), moebius=tuple(sorted(moebius.items(), key=lambda kv: -abs(kv[1]))),
         degenerate=degenerate, evaluations=recorder.calls, wall_s=time.perf_counter() - start,
-        game_s=recorder.seconds,
+        game_s=recorder.seconds, method="exact" if exact else "proxyspex",
     )  # fmt: skip

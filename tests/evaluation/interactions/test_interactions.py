@@ -379,3 +379,16 @@ def test_cli_head_and_upstream_players(sample, players):
             assert {label.split(".")[0] for label in labels} == {"L0", "L1"}
         else:
             assert labels and all(label.startswith("F") or label[0].isdigit() for label in labels), labels
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_a_budget_covering_every_coalition_gives_the_exact_transform(n):
+    """With 2 players (4 masks) ProxySPEX's 5-fold fit raised sklearn's ValueError (the demo's interactions stage on a
+    2-token example); a budget of 2^n masks is the whole game, so its Möbius transform is computed, exactly."""
+    terms = {(): 0.5, (0,): 1.5, (0, 1): 2.0} if n == 2 else {(1,): -1.0, (0, 2): 2.5, (0, 1, 2): 1.25}
+    result = explain_game(_game(terms), n, seed=0)
+    assert result.method == "exact" and result.budget == 2**n
+    assert {k: round(v, 9) for k, v in result.moebius} == terms  # every non-zero term, v(empty) included
+    assert result.r2["proxyspex"] == pytest.approx(1.0)
+    big = explain_game(_game({(1, 2): 2.0, (3,): 1.5, (4, 5, 6): 3.0}), 12, 1000, seed=0, grid=QUICK)
+    assert big.method == "proxyspex"
