@@ -160,7 +160,7 @@ def explain_game(
     if index not in ORDER2_INDICES:
         raise ValueError(f"unknown order-2 index {index!r}; use one of {ORDER2_INDICES}")
     labels = tuple(labels) if labels is not None else tuple(str(i) for i in range(n))
-    budget = budget_for(n) if budget is None else int(budget)
+    budget = budget_for(n) if budget is None else min(int(budget), 2**n)  # n players have only 2^n masks
     start = time.perf_counter()
     recorder = _Recorder(game)
     exact = budget >= 2**n  # every coalition is evaluated: compute the transform instead of fitting a proxy
