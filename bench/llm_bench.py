@@ -66,6 +66,7 @@ def _form_rows(
     server: LocalLLMServer, form: str, live: list[int], max_tokens: int, folder: Path
 ) -> list[str]:
     """Explain and score `live` on a fresh planted store with schemas sent as `form` ('none': free-form JSON)."""
+    folder.mkdir(parents=True, exist_ok=True)
     store = build_planted_store(folder, load_model("tiny").tokenizer)
     cfg = server.llm_config(max_tokens=max_tokens, structured_output=form)
     tree = TreeExplainer(ExplainConfig("tree", negatives="RANDOM_NEGATIVE").split(),
