@@ -5,7 +5,8 @@ answer, 2 requests in flight), on live features of the planted tiny-model store 
     .venv/bin/python -m bench.llm_bench --features 3 --forms json_object,none
 
 Rows: one-shot, tree (1 root, 1 child per node, width 1, depth 1: the smallest search) and PRISM (k 2) explaining
-`--features` features; detection and simulation scoring the one-shot explanations. Columns: explanations (or scores)
+`--features` features; detection, fuzzing, simulation and complexity scoring the one-shot explanations: every
+explainer and LLM scorer prompt. Columns: explanations (or scores)
 per minute of wall time on this machine, LLM calls and prompt / completion tokens per feature as the server counted
 them (its GGUF tokenizer: the model's own), the share of answers that parsed and the re-asks, and the cost of 1M
 features at a hosted price. Every row runs once per `--forms` entry on a fresh store: with the schema sent the way
@@ -82,7 +83,7 @@ def _form_rows(
         rows = [e for e in store.explanations(PLANTED_SAE, explainer=name) if e.feature in live]
         lines.append(_row(form, f"explain {name}", len(live), time.perf_counter() - t0, s.usage, s.explained,
                           _malformed(rows)))  # fmt: skip
-    for scorer in ("detection", "simulation"):
+    for scorer in ("detection", "fuzzing", "simulation", "complexity"):
         backends = score_backends(cfg, cache=StoreCache(store))
         t0 = time.perf_counter()
         run_scoring(store, PLANTED_SAE, ScoreConfig(scorer, "RANDOM_NEGATIVE"), backends, explainer="oneshot",
