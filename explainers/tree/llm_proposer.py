@@ -46,6 +46,9 @@ class LLMProposer:
         results = await self.client.parse_samples_settled(
             reqs, lambda t: parse_rules(parse_json_strict(t), cfg.rule_cap)
         )
+        failed = [r for r in results if isinstance(r, LLMMalformedOutputError)]
+        if results and len(failed) == len(results):  # no root at all: this feature fails, not the job
+            raise failed[-1]
         return [r.value for r in results if not isinstance(r, LLMMalformedOutputError)]
 
     async def children(

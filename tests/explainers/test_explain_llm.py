@@ -166,3 +166,29 @@ def test_malformed_answer_fails_one_feature_and_rerun_asks_again(planted):
 def test_oneshot_without_endpoint_is_a_clear_error(planted):
     with pytest.raises(LLMNotConfiguredError, match="needs an LLM"):
         ExplainJob(planted, PLANTED_SAE, ExplainConfig("oneshot"), None)
+
+
+def test_tree_whose_roots_never_parse_fails_that_feature_not_the_job(planted):
+    """Found by bench/llm_bench's free-form run on SmolLM2: every root answer malformed made the tree raise
+    ValueError ("the proposer returned no root explanation") and the job stopped with 0 of 2 features stored."""
+    bad: list[str] = []
+
+    def flaky(body: dict) -> Reply:
+        # every root prompt (one-shot structured) of the first feature asked gets malformed JSON, re-asks included
+        first_user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        if "JSON array of at most" in first_user and (not bad or first_user == bad[0]):
+            bad[:] = [first_user]
+            return Reply("[{not json")
+        return smart(body)
+
+    from dataclasses import replace as dc_replace
+
+    from sae_workbench.explainers.tree import TreeConfig, TreeExplainer
+
+    tree = TreeExplainer(ExplainConfig("tree").split(), search=dc_replace(TreeConfig(), roots=2, branching=1,
+                                                                         width=1, depth=1))  # fmt: skip
+    with FakeLLM(responder=flaky) as server:
+        s = ExplainJob(planted, PLANTED_SAE, tree, llm(server), concurrency=1, progress=False).run([0, 3])
+    assert (s.explained, s.failed) == (1, 1)
+    (failed,) = [e for e in planted.explanations(PLANTED_SAE) if e.status is not Status.OK]
+    assert failed.status is Status.LLM_MALFORMED_OUTPUT
