@@ -83,6 +83,7 @@ def _form_rows(
         rows = [e for e in store.explanations(PLANTED_SAE, explainer=name) if e.feature in live]
         lines.append(_row(form, f"explain {name}", len(live), time.perf_counter() - t0, s.usage, s.explained,
                           _malformed(rows)))  # fmt: skip
+        print(lines[-1], flush=True)  # as it comes: a long run keeps what it measured
     for scorer in ("detection", "fuzzing", "simulation", "complexity"):
         backends = score_backends(cfg, cache=StoreCache(store))
         t0 = time.perf_counter()
@@ -94,6 +95,7 @@ def _form_rows(
         ok = sum(1 for sc in scores if sc.status is Status.OK)
         lines.append(_row(form, f"score {scorer} (one-shot)", len(live), seconds, backends.llm_client.ledger.total,
                           ok, _malformed(scores)))  # fmt: skip
+        print(lines[-1], flush=True)
     return lines
 
 
