@@ -64,7 +64,7 @@ def _malformed(rows: Any) -> int:
 
 
 def _form_rows(
-    server: LocalLLMServer, form: str, live: list[int], max_tokens: int, folder: Path
+    server: LocalLLMServer, form: str, live: list[int], max_tokens: int, folder: Path, scored: str = "oneshot"
 ) -> list[str]:
     """Explain and score `live` on a fresh planted store with schemas sent as `form` ('none': free-form JSON)."""
     folder.mkdir(parents=True, exist_ok=True)
@@ -84,16 +84,22 @@ def _form_rows(
         lines.append(_row(form, f"explain {name}", len(live), time.perf_counter() - t0, s.usage, s.explained,
                           _malformed(rows)))  # fmt: skip
         print(lines[-1], flush=True)  # as it comes: a long run keeps what it measured
+    if (
+        scored == "lexical"
+    ):  # offline explanations: the scorers' prompts get measured whatever the explainers parsed
+        ExplainJob(
+            store, PLANTED_SAE, ExplainConfig("lexical", negatives="RANDOM_NEGATIVE"), progress=False
+        ).run(live)
     for scorer in ("detection", "fuzzing", "simulation", "complexity"):
         backends = score_backends(cfg, cache=StoreCache(store))
         t0 = time.perf_counter()
-        run_scoring(store, PLANTED_SAE, ScoreConfig(scorer, "RANDOM_NEGATIVE"), backends, explainer="oneshot",
+        run_scoring(store, PLANTED_SAE, ScoreConfig(scorer, "RANDOM_NEGATIVE"), backends, explainer=scored,
                     progress=False)  # fmt: skip
         seconds = time.perf_counter() - t0
         assert backends.llm_client is not None
         scores = store.scores(sae_id=PLANTED_SAE, scorer=scorer)
         ok = sum(1 for sc in scores if sc.status is Status.OK)
-        lines.append(_row(form, f"score {scorer} (one-shot)", len(live), seconds, backends.llm_client.ledger.total,
+        lines.append(_row(form, f"score {scorer} ({scored})", len(live), seconds, backends.llm_client.ledger.total,
                           ok, _malformed(scores)))  # fmt: skip
         print(lines[-1], flush=True)
     return lines
@@ -106,6 +112,9 @@ def main() -> None:
     ap.add_argument("--max-tokens", type=int, default=512, help="completion budget per request")
     ap.add_argument("--forms", default="json_object,none",
                     help="schema forms, comma-separated: json_object (llama-cpp-python's), none (free-form JSON)")  # fmt: skip
+    ap.add_argument("--scored", default="oneshot", choices=("oneshot", "lexical"),
+                    help="whose explanations the scorer rows score (lexical: offline, so every scorer prompt is "
+                    "measured even when the explainers' answers never parse)")  # fmt: skip
     args = ap.parse_args()
     load0 = os.getloadavg()[0]
     folder = Path(tempfile.mkdtemp(prefix="llm-bench-"))
@@ -116,7 +125,7 @@ def main() -> None:
     with LocalLLMServer(ServerSettings(), run_dir=folder / "llm-server") as server:
         model = server.model
         for form in args.forms.split(","):
-            lines += _form_rows(server, form, live, args.max_tokens, folder / form)
+            lines += _form_rows(server, form, live, args.max_tokens, folder / form, args.scored)
     print(f"## LLM explainers and scorers on the real local model ({model}, 2 cores)\n")
     print("\n".join(lines))
     print(f"\nModel {model} on llama-cpp-python's server (context 8192, 1 thread per answer, 2 in flight); completion "
