@@ -3,6 +3,7 @@ with LLM proposer + simulator, PRISM labelling, malformed JSON / 429 / 500 / han
 
 import json
 import re
+from collections.abc import Callable
 
 import pytest
 
@@ -41,6 +42,21 @@ def smart(body: dict) -> Reply:
     if "Description:" in user:
         return Reply("Description: Mentions of a deity in scripture.")
     return Reply("The word LORD in the King James Bible.")
+
+
+def malformed_for_first_feature() -> Callable[[dict], Reply]:
+    """A responder like `smart` but for the first structured prompt it sees (one feature's): that prompt always gets
+    malformed JSON, re-asks included."""
+    bad: list[str] = []
+
+    def flaky(body: dict) -> Reply:
+        first_user = next(m["content"] for m in body["messages"] if m["role"] == "user")
+        if "JSON array of at most" in first_user and (not bad or first_user == bad[0]):
+            bad[:] = [first_user]
+            return Reply("[{not json")
+        return smart(body)
+
+    return flaky
 
 
 def llm(server: FakeLLM, **kw) -> LLMConfig:
@@ -127,15 +143,7 @@ def test_failing_endpoint_fails_features_not_the_job_and_rerun_retries(planted):
 
 
 def test_malformed_answer_fails_one_feature_and_rerun_asks_again(planted):
-    bad: list[str] = []
-
-    def flaky(body: dict) -> Reply:
-        # the first structured prompt (one feature's) always gets malformed JSON, re-asks included
-        first_user = next(m["content"] for m in body["messages"] if m["role"] == "user")
-        if "JSON array of at most" in first_user and (not bad or first_user == bad[0]):
-            bad[:] = [first_user]
-            return Reply("[{not json")
-        return smart(body)
+    flaky = malformed_for_first_feature()
 
     with FakeLLM(responder=flaky) as server:
         cfg = llm(server)
@@ -171,15 +179,7 @@ def test_oneshot_without_endpoint_is_a_clear_error(planted):
 def test_tree_whose_roots_never_parse_fails_that_feature_not_the_job(planted):
     """Found by bench/llm_bench's free-form run on SmolLM2: every root answer malformed made the tree raise
     ValueError ("the proposer returned no root explanation") and the job stopped with 0 of 2 features stored."""
-    bad: list[str] = []
-
-    def flaky(body: dict) -> Reply:
-        # every root prompt (one-shot structured) of the first feature asked gets malformed JSON, re-asks included
-        first_user = next(m["content"] for m in body["messages"] if m["role"] == "user")
-        if "JSON array of at most" in first_user and (not bad or first_user == bad[0]):
-            bad[:] = [first_user]
-            return Reply("[{not json")
-        return smart(body)
+    flaky = malformed_for_first_feature()  # every root prompt of that feature
 
     from dataclasses import replace as dc_replace
 
