@@ -16,6 +16,7 @@ import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -247,6 +248,104 @@ def test_hypothesis_form_stores_a_manual_explanation(
         ("the word God", [{"activates_on": '"God"', "strength": 4}], "app")
     ]
     page.close()
+
+
+# Every shaded corpus window the page shows right now (visible ones only): its label and its token texts.
+_VISIBLE_WINDOWS_JS = """() => [...document.querySelectorAll('div.wb-tokens')]
+  .filter(d => d.offsetParent !== null && d.querySelector('span[data-act]'))
+  .map(d => [d.previousElementSibling ? d.previousElementSibling.textContent : '',
+             [...d.querySelectorAll('span.wb-tok')].map(s => s.textContent)])"""
+
+
+def _windows_showing(tokens: list[str], windows: dict[int, Any]) -> list[int]:
+    """The stored windows whose token strings (in the page's visible form) contain `tokens` as a contiguous run."""
+    n = len(tokens)
+    found = []
+    for wid, w in windows.items():
+        shown = [t.replace("\r", "").replace("\n", "↵").replace("\t", "⇥") for t in w.token_strings]
+        if any(shown[i : i + n] == tokens for i in range(len(shown) - n + 1)):
+            found.append(wid)
+    return found
+
+
+def test_hypothesis_from_the_page_is_scored_on_windows_the_page_did_not_show(
+    browser, tiny_model, tmp_path: Path
+) -> None:
+    """Issue 33 (Check): a hypothesis typed on the feature page is scored on none of the windows that page showed.
+    The windows shown are read off the page itself (every visible shaded window of the Top examples, Quantile
+    examples and Negatives tabs, its label checked against the stored windows holding the tokens it shows) and
+    compared with the ids the app stored and with the test windows `workbench score` recorded. The planted store
+    (feature 0 fires on LORD/God/Israel over 25 KJV documents) has enough documents that the held-out third is full,
+    and the feature's split (drawn before, as an explain run draws it: its negatives are on the page) has displayed
+    windows in its raw test third, so a scorer that ignored the page would score them."""
+    from sae_workbench.evaluation.scorers.base import ScoreConfig
+    from sae_workbench.evaluation.scorers.job import TestSetBuilder
+    from sae_workbench.examples.testsets import held_out_test
+    from sae_workbench.store import Store
+    from tests.explainers.test_explain_support import PLANTED_SAE, build_planted_store
+
+    want = {"kjv": 25, "stdlib": 10, "pydoc": 5, "wordnet": 5}
+    store = build_planted_store(tmp_path, tiny_model.tokenizer, want=want)
+    store.compute_activation_stats(PLANTED_SAE)
+    split = TestSetBuilder(store, PLANTED_SAE, ScoreConfig("detection", "RANDOM_NEGATIVE")).split(0)
+    progress = store.index_progress(PLANTED_SAE)
+    assert progress is not None
+    ids = store.indexed_window_ids(PLANTED_SAE)
+    windows = {w.window_id: w for w in store.get_windows(progress.corpus, ids)}
+
+    displayed: set[int] = set()
+    with _serve(store.path) as url:
+        page = browser.new_page(viewport={"width": 1400, "height": 1500})
+        page.goto(f"{url}/feature?sae={PLANTED_SAE}&feature=0")
+        # The page's last section: every tab above it is rendered.
+        page.get_by_role("heading", name="Across SAEs").first.wait_for(timeout=180_000)
+        for tab in ("Top examples", "Quantile examples", "Negatives"):
+            page.get_by_role("tab", name=tab).click(timeout=60_000)
+            blocks = page.evaluate(_VISIBLE_WINDOWS_JS)
+            assert blocks, tab
+            for label, tokens in blocks:
+                wid = re.match(r"window (\d+) ·", label)
+                assert wid is not None, label
+                # The label names a stored window that holds the tokens shown (a short crop, e.g. a negative's first
+                # 9 tokens, may occur in another window too; a longer one names its window alone).
+                match = _windows_showing(tokens, windows)
+                assert int(wid[1]) in match and (len(match) == 1 or len(tokens) < 16), (tab, label, match)
+                displayed.add(int(wid[1]))
+        page.get_by_role("tab", name="Explanations & scores").click(timeout=60_000)
+        page.get_by_role("textbox", name="Hypothesis in words").fill("the names LORD, God and Israel")
+        page.get_by_role("textbox", name="Rules (optional), one per line: RULE | STRENGTH").fill(
+            '"LORD" | 5\n"God" | 3\n"Israel" | 2'
+        )
+        page.get_by_role("button", name="Store hypothesis").click()
+        page.get_by_text("Stored as explanation").first.wait_for(timeout=60_000)
+        page.close()
+    (manual,) = Store.open(store.path, read_only=True).explanations(PLANTED_SAE, 0, explainer="manual")
+
+    workbench = Path(sys.executable).with_name("workbench")
+    scored = subprocess.run(
+        [str(workbench), "score", "--store", str(store.path), "--sae", PLANTED_SAE, "--scorer", "detection",
+         "--negatives", "random_negative", "--explainer", "manual", "--features", "0", "--no-progress"],
+        cwd=REPO, env={**os.environ, "HF_HUB_OFFLINE": "1"}, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert scored.returncode == 0, scored.stdout + scored.stderr
+    (score,) = Store.open(store.path, read_only=True).scores(explanation_id=manual.id)
+    prov = score.provenance
+    assert prov["negative_sample_id"] == split.negative_sample_id  # the split checked below is the one scored
+    positives, negatives = set(prov["positive_ids"]), set(prov["negative_ids"])
+    assert len(positives) == len(negatives) == 10  # a full held-out test third
+    # The scored windows are none the page showed, nor from a document it showed.
+    assert not (positives | negatives) & displayed, sorted((positives | negatives) & displayed)
+    shown_docs = {windows[i].source for i in displayed}
+    assert not {windows[i].source for i in positives | negatives} & shown_docs
+    # The app stored exactly what the page showed.
+    assert set(manual.extra["shown_ids"]) == displayed
+    # The risk was real: the split's raw test third holds displayed windows (top examples and negatives), which the
+    # same held-out draw without the page's windows would score, and the scorer counted each of them as seen.
+    raw = set(split.test.positives) | set(split.test.negatives)
+    assert set(split.test.positives) & displayed and set(split.test.negatives) & displayed
+    blind = held_out_test(store, PLANTED_SAE, progress.corpus, split, shown_ids=())
+    assert (set(blind.third.positives) | set(blind.third.negatives)) & displayed
+    assert prov["test_windows_seen"] == len(raw & displayed) > 0
 
 
 def test_network_served_app_fixes_the_playground_to_registered_saes(
