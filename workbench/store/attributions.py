@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sae_workbench.store.base import StoreBase
-from sae_workbench.store.sql import count, dumps, loads
+from sae_workbench.store.sql import dumps, loads
 
 
 @dataclass(frozen=True)
@@ -54,19 +54,6 @@ class EffectRecord:
 
 class Attributions(StoreBase):
     """The `attributions` and `feature_effects` tables."""
-
-    def _insert_new(self, table: str, columns: tuple[str, ...], rows: list[list[Any]]) -> int:
-        """Insert rows into an attribution table in one transaction, skipping stored config keys; count new ones."""
-        if not rows:
-            return 0
-        marks = ", ".join("?" * len(columns))
-        with self._write(invalidates=False) as conn:
-            before = count(conn.execute(f"SELECT count(*) FROM {table}"))
-            conn.executemany(
-                f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks}) ON CONFLICT (config_key) DO NOTHING",
-                rows,
-            )
-            return count(conn.execute(f"SELECT count(*) FROM {table}")) - before
 
     def add_attributions(self, records: Sequence[AttributionRecord]) -> int:
         """Store attributions in one transaction, skipping keys already stored; return how many were new."""
@@ -112,13 +99,7 @@ class Attributions(StoreBase):
 
     def stored_attribution_keys(self, sae_id: str) -> set[str]:
         """The config keys of an SAE's stored attributions and effects (what a resumed run skips)."""
-        with self._conn() as conn:
-            rows = conn.execute(
-                "SELECT config_key FROM attributions WHERE sae_id = ? "
-                "UNION ALL SELECT config_key FROM feature_effects WHERE sae_id = ?",
-                [sae_id, sae_id],
-            ).fetchall()
-        return {str(r[0]) for r in rows}
+        return self._config_keys("attributions", sae_id) | self._config_keys("feature_effects", sae_id)
 
     def add_effects(self, records: Sequence[EffectRecord]) -> int:
         """Store effects in one transaction, skipping keys already stored; return how many were new."""

@@ -8,17 +8,18 @@ connection only through the protected `_conn()` / `_write()` context managers, s
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TypeVar, cast
+from typing import Any, TypeVar, cast
 
 import duckdb
 
 from sae_workbench.store.connection import HUB, close_connection, open_connection
 from sae_workbench.store.errors import PartitionFileError, StoreReadOnlyError
 from sae_workbench.store.migrations import schema_version_of
+from sae_workbench.store.sql import count, sql_path
 
 T = TypeVar("T")
 
@@ -205,6 +206,40 @@ class StoreBase:
         """Group several write calls into one atomic transaction."""
         with self._write():
             yield
+
+    def _insert_new(self, table: str, columns: tuple[str, ...], rows: list[list[Any]]) -> int:
+        """Insert rows into a table keyed by `config_key` in one transaction, skipping stored keys; count new ones
+        (the attribution, LRP and interaction tables' one write path)."""
+        if not rows:
+            return 0
+        marks = ", ".join("?" * len(columns))
+        with self._write(invalidates=False) as conn:
+            before = count(conn.execute(f"SELECT count(*) FROM {table}"))
+            conn.executemany(
+                f"INSERT INTO {table} ({', '.join(columns)}) VALUES ({marks}) ON CONFLICT (config_key) DO NOTHING",
+                rows,
+            )
+            return count(conn.execute(f"SELECT count(*) FROM {table}")) - before
+
+    def _config_keys(self, table: str, sae_id: str) -> set[str]:
+        """The config keys of an SAE's rows in a table keyed by `config_key` (what a resumed job skips)."""
+        with self._conn() as conn:
+            rows = conn.execute(f"SELECT config_key FROM {table} WHERE sae_id = ?", [sae_id]).fetchall()
+        return {str(r[0]) for r in rows}
+
+    def _export_tables(self, tables: Sequence[str], folder: str | Path) -> list[Path]:
+        """Write each table to `folder/<table>.parquet` (zstd); return the files."""
+        out = Path(folder)
+        out.mkdir(parents=True, exist_ok=True)
+        files: list[Path] = []
+        with self._conn() as conn:
+            for table in tables:
+                path = out / f"{table}.parquet"
+                conn.execute(
+                    f"COPY {table} TO '{sql_path(path)}' (FORMAT parquet, COMPRESSION zstd)"
+                ).fetchall()
+                files.append(path)
+        return files
 
     def schema_version(self) -> int:
         """The store's schema version (number of migrations applied)."""

@@ -27,7 +27,6 @@ from sae_workbench.store.sql import (
     loads,
     numpy_columns,
     pa,
-    sql_path,
 )
 
 FAMILY_TABLES = ("match_runs", "feature_matches", "match_agreement", "explanation_stability")
@@ -315,17 +314,7 @@ class Families(Indexing):
 
     def export_families_parquet(self, folder: str | Path) -> list[Path]:
         """Write the family tables to `folder/<table>.parquet` (zstd); return the files."""
-        out = Path(folder)
-        out.mkdir(parents=True, exist_ok=True)
-        files: list[Path] = []
-        with self._conn() as conn:
-            for table in FAMILY_TABLES:
-                path = out / f"{table}.parquet"
-                conn.execute(
-                    f"COPY {table} TO '{sql_path(path)}' (FORMAT parquet, COMPRESSION zstd)"
-                ).fetchall()
-                files.append(path)
-        return files
+        return self._export_tables(FAMILY_TABLES, folder)
 
 
 def _run(row: tuple[Any, ...]) -> MatchRun:

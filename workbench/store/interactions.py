@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sae_workbench.store.base import StoreBase
-from sae_workbench.store.sql import count, dumps, loads
+from sae_workbench.store.sql import dumps, loads
 
 INTERACTION_STATUSES = ("ok", "constant", "failed")
 
@@ -58,15 +58,7 @@ class Interactions(StoreBase):
              dumps(r.result), r.config_key]
             for r in records
         ]  # fmt: skip
-        marks = ", ".join("?" * len(_COLUMNS))
-        with self._write(invalidates=False) as conn:
-            before = count(conn.execute("SELECT count(*) FROM interactions"))
-            conn.executemany(
-                f"INSERT INTO interactions ({', '.join(_COLUMNS)}) VALUES ({marks}) "
-                "ON CONFLICT (config_key) DO NOTHING",
-                rows,
-            )
-            return count(conn.execute("SELECT count(*) FROM interactions")) - before
+        return self._insert_new("interactions", _COLUMNS, rows)
 
     def interactions(
         self, sae_id: str, feature: int, player_type: str | None = None
@@ -88,6 +80,4 @@ class Interactions(StoreBase):
 
     def stored_interaction_keys(self, sae_id: str) -> set[str]:
         """The config keys of an SAE's stored interaction results (what a resumed run skips)."""
-        with self._conn() as conn:
-            rows = conn.execute("SELECT config_key FROM interactions WHERE sae_id = ?", [sae_id]).fetchall()
-        return {str(r[0]) for r in rows}
+        return self._config_keys("interactions", sae_id)

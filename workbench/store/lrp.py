@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sae_workbench.store.base import StoreBase
-from sae_workbench.store.sql import count, dumps, loads
+from sae_workbench.store.sql import dumps, loads
 
 _COLUMNS = (
     "sae_id", "feature", "window_id", "position", "mode", "target", "pre_activation", "closure_error", "result",
@@ -54,15 +54,7 @@ class LrpAttributions(StoreBase):
              dumps(r.result), r.config_key]
             for r in records
         ]  # fmt: skip
-        marks = ", ".join("?" * len(_COLUMNS))
-        with self._write(invalidates=False) as conn:
-            before = count(conn.execute("SELECT count(*) FROM lrp_attributions"))
-            conn.executemany(
-                f"INSERT INTO lrp_attributions ({', '.join(_COLUMNS)}) VALUES ({marks}) "
-                "ON CONFLICT (config_key) DO NOTHING",
-                rows,
-            )
-            return count(conn.execute("SELECT count(*) FROM lrp_attributions")) - before
+        return self._insert_new("lrp_attributions", _COLUMNS, rows)
 
     def lrp_attributions(self, sae_id: str, feature: int, mode: str | None = None) -> list[LrpRecord]:
         """A feature's stored LRP results (optionally one mode), oldest first."""
@@ -82,8 +74,4 @@ class LrpAttributions(StoreBase):
 
     def stored_lrp_keys(self, sae_id: str) -> set[str]:
         """The config keys of an SAE's stored LRP results (what a resumed run skips)."""
-        with self._conn() as conn:
-            rows = conn.execute(
-                "SELECT config_key FROM lrp_attributions WHERE sae_id = ?", [sae_id]
-            ).fetchall()
-        return {str(r[0]) for r in rows}
+        return self._config_keys("lrp_attributions", sae_id)

@@ -15,17 +15,7 @@ class Parquet(StoreBase):
 
     def export_parquet(self, folder: str | Path) -> list[Path]:
         """Write every table to `folder/<table>.parquet` (zstd); return the files."""
-        out = Path(folder)
-        out.mkdir(parents=True, exist_ok=True)
-        files: list[Path] = []
-        with self._conn() as conn:
-            for table in self.table_names():
-                path = out / f"{table}.parquet"
-                conn.execute(
-                    f"COPY {table} TO '{sql_path(path)}' (FORMAT parquet, COMPRESSION zstd)"
-                ).fetchall()
-                files.append(path)
-        return files
+        return self._export_tables(self.table_names(), folder)
 
     def import_parquet(self, folder: str | Path) -> list[str]:
         """Append rows from `folder/<table>.parquet` files written by export_parquet into this (empty) store."""

@@ -105,20 +105,24 @@ class Windows(Partitions):
         require_windows(corpus, ids, by_id)
         return [by_id[i] for i in ids]
 
+    def _window_columns(self, corpus: str, ids: list[int], columns: str) -> dict[str, np.ndarray]:
+        """`window_id` and `columns` (comma-separated) of windows by id, as numpy columns."""
+        with self._conn() as conn:
+            windows, chunks = self._windows_sql(corpus), self._chunk_filter(corpus, ids)
+            where, params = in_ids("window_id", ids)
+            return numpy_columns(
+                conn,
+                f"SELECT window_id, {columns} FROM {windows} WHERE corpus = ?{chunks} AND {where}",
+                [corpus, *params],
+            )
+
     def window_tokens(
         self, corpus: str, window_ids: Sequence[int] | np.ndarray
     ) -> dict[int, tuple[list[str], np.ndarray]]:
         """(token display strings, (T,) bool mask) of windows by id — what records need, without the rest of a
         Window (missing ids raise StoreError)."""
         ids = [int(i) for i in window_ids]
-        with self._conn() as conn:
-            windows, chunks = self._windows_sql(corpus), self._chunk_filter(corpus, ids)
-            where, params = in_ids("window_id", ids)
-            cols = numpy_columns(
-                conn,
-                f"SELECT window_id, token_strings, mask FROM {windows} WHERE corpus = ?{chunks} AND {where}",
-                [corpus, *params],
-            )
+        cols = self._window_columns(corpus, ids, "token_strings, mask")
         out: dict[int, tuple[list[str], np.ndarray]] = {
             int(w): ([str(s) for s in strings], np.asarray(mask, dtype=bool))
             for w, strings, mask in zip(cols["window_id"], cols["token_strings"], cols["mask"], strict=True)
@@ -129,14 +133,7 @@ class Windows(Partitions):
     def window_masks(self, corpus: str, window_ids: Sequence[int] | np.ndarray) -> dict[int, np.ndarray]:
         """(T,) bool masks of windows by id, without their tokens (missing ids raise StoreError)."""
         ids = [int(i) for i in window_ids]
-        with self._conn() as conn:
-            windows, chunks = self._windows_sql(corpus), self._chunk_filter(corpus, ids)
-            where, params = in_ids("window_id", ids)
-            cols = numpy_columns(
-                conn,
-                f"SELECT window_id, mask FROM {windows} WHERE corpus = ?{chunks} AND {where}",
-                [corpus, *params],
-            )
+        cols = self._window_columns(corpus, ids, "mask")
         out = {
             int(w): np.asarray(m, dtype=bool) for w, m in zip(cols["window_id"], cols["mask"], strict=True)
         }
