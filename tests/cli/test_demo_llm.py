@@ -42,3 +42,31 @@ def test_llm_stages_share_one_budget(tmp_path: Path, capsys: pytest.CaptureFixtu
     assert "second skipped: the LLM stages' budget is spent" in out
     assert demo_cli._llm_weight("explain-tree") == 4 * demo_cli._llm_weight("explain-oneshot")  # pyright: ignore[reportPrivateUsage]
     assert demo_cli._llm_weight("score-simulation-tree-llm") == 2.0  # pyright: ignore[reportPrivateUsage]
+
+
+def test_llm_stages_take_a_feature_with_a_held_out_test_set(tmp_path: Path, tiny_model) -> None:
+    """A feature that fires but whose lexical explanation the offline scorer could not score (no held-out test
+    window: NO_ACTIVATIONS) is passed over for the next one that was scored; with none scored there is nothing."""
+    from sae_workbench.status import Status
+    from sae_workbench.store import ExplanationRecord, ScoreRecord
+    from tests.explainers.test_explain_support import PLANTED_SAE, build_planted_store
+
+    store = build_planted_store(tmp_path, tiny_model.tokenizer)
+    store.compute_activation_stats(PLANTED_SAE)
+    fired = demo_cli.demo_features(store.path, PLANTED_SAE, 5, 5)
+    assert len(fired) >= 2
+    assert demo_cli.scorable_features(store.path, PLANTED_SAE, 5, 1) == []
+    ids = {
+        f: store.add_explanation(
+            ExplanationRecord(PLANTED_SAE, f, "lexical", "1", "1", "", {}, {}, [], [], f"text {f}", f"key {f}")
+        )
+        for f in fired[:2]
+    }
+    # fired[0] was scored only under close negatives (the LLM stages score with random ones) and failed under random.
+    store.add_score(ScoreRecord(ids[fired[0]], "detection", "1", "SIMILAR_NEGATIVE", {}, score_key="a"))
+    store.add_score(
+        ScoreRecord(ids[fired[0]], "detection", "1", "RANDOM_NEGATIVE", {}, score_key="b", status=Status.NO_ACTIVATIONS)
+    )
+    store.add_score(ScoreRecord(ids[fired[1]], "detection", "1", "RANDOM_NEGATIVE", {}, score_key="c"))
+    assert demo_cli.scorable_features(store.path, PLANTED_SAE, 5, 1) == [fired[1]]
+    assert demo_cli.scorable_features(store.path, PLANTED_SAE, 5, 2) == [fired[1]]

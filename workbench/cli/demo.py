@@ -5,8 +5,8 @@
     workbench demo --no-llm             # without the LLM stages (--fast skips them unless given --llm)
 
 cache → train an SAE → index into the store → explain features (lexical) → score with random and close negatives →
-LLM stages (one-shot, tree and PRISM on the first feature that fires, scored with detection and simulation next to
-its lexical explanation, on the configured endpoint or else on a local llama-cpp-python server for
+LLM stages (one-shot, tree and PRISM on the first feature with a held-out test set, scored with detection and
+simulation next to its lexical explanation, on the configured endpoint or else on a local llama-cpp-python server for
 SmolLM2-135M-Instruct that the demo starts and stops; all within one shared wall budget; the report names the model
 and its size and says that so small a model is a smoke test, not a result) → attribute a few features
 (DePass tokens + components with ablation/steering effects, position-aware LRP; ProxySPEX interactions when the
@@ -77,7 +77,8 @@ class DemoConfig:
     interaction_budget: int = 1000
     """Masks per ProxySPEX method (the budget rule's floor, specs/attribution.md B.3)."""
     llm_features: int = 1
-    """Features the LLM explainers (one-shot, tree, PRISM) explain and the LLM scorers score (the first that fire)."""
+    """Features the LLM explainers (one-shot, tree, PRISM) explain and the LLM scorers score (the first whose lexical
+    explanation the offline scorers scored: they have held-out test windows)."""
     llm_preset: str = "smoke"
     """Preset of the LLM tree and PRISM stages: 'smoke', the smallest search (a check that they run end to end on a
     real LLM; the default presets take tens of calls per feature, minutes each on 2 cores)."""
@@ -320,6 +321,26 @@ def demo_features(store: Path, sae_id: str, n_explained: int, n: int) -> list[in
     return fired[:n]
 
 
+def scorable_features(store: Path, sae_id: str, n_explained: int, n: int) -> list[int]:
+    """The first `n` explained features whose lexical explanation the offline detection scorer scored (random
+    negatives, status ok): a feature that fires but has no held-out test window left (every active window's document
+    was shown to the explainer) would give the LLM stages nothing to score."""
+    from sae_workbench.status import Status
+    from sae_workbench.store import Store
+
+    db = Store.open(store, read_only=True)
+    scored = {
+        e.feature
+        for e in db.explanations(sae_id, explainer="lexical")
+        if e.id is not None
+        and any(
+            s.status == Status.OK and s.negative_source == "RANDOM_NEGATIVE"
+            for s in db.scores(explanation_id=e.id, scorer="detection")
+        )
+    }
+    return [f for f in demo_features(store, sae_id, n_explained, n_explained) if f in scored][:n]
+
+
 MIN_STAGE_S = 20.0
 """An LLM stage is started only with at least this many seconds of the budget left."""
 LLM_EXPLAINERS = ("oneshot", "tree", "prism")
@@ -327,7 +348,7 @@ LLM_SCORERS = ("detection", "simulation")
 
 
 def _run_llm_stages(cfg: DemoConfig, store: Path, sae_id: str, run_dir: Path, logs: Path, llm: bool) -> str:
-    """One-shot, tree and PRISM on the first `cfg.llm_features` features that fire, scored with detection and
+    """One-shot, tree and PRISM on the first `cfg.llm_features` features that the offline scorers could score, scored with detection and
     simulation (random negatives) next to the lexical explanations of the same features, on the configured endpoint,
     or else on a local llama-cpp-python server for SmolLM2-135M-Instruct started for these stages and stopped after
     them (its log in `<out>/llm-server`). The stages share `cfg.llm_budget_s`; a stage that fails or passes what is
@@ -336,9 +357,9 @@ def _run_llm_stages(cfg: DemoConfig, store: Path, sae_id: str, run_dir: Path, lo
 
     from sae_workbench.llm.config import endpoint_status
 
-    chosen = demo_features(store, sae_id, cfg.n_features, cfg.llm_features)
+    chosen = scorable_features(store, sae_id, cfg.n_features, cfg.llm_features)
     if not chosen:
-        typer.secho("LLM stages skipped: none of the explained features fires", fg="yellow")
+        typer.secho("LLM stages skipped: no explained feature has a held-out test set to score", fg="yellow")
         return ""
     status = endpoint_status()
     server = None
