@@ -58,14 +58,24 @@ def test_llm_stages_take_a_feature_with_a_held_out_test_set(tmp_path: Path, tiny
     assert demo_cli.scorable_features(store.path, PLANTED_SAE, 5, 1) == []
     ids = {
         f: store.add_explanation(
-            ExplanationRecord(PLANTED_SAE, f, "lexical", "1", "1", "", {}, {}, [], [], f"text {f}", f"key {f}")
+            ExplanationRecord(
+                PLANTED_SAE, f, "lexical", "1", "1", "", {}, {}, [], [], f"text {f}", f"key {f}"
+            )
         )
         for f in fired[:2]
     }
     # fired[0] was scored only under close negatives (the LLM stages score with random ones) and failed under random.
     store.add_score(ScoreRecord(ids[fired[0]], "detection", "1", "SIMILAR_NEGATIVE", {}, score_key="a"))
     store.add_score(
-        ScoreRecord(ids[fired[0]], "detection", "1", "RANDOM_NEGATIVE", {}, score_key="b", status=Status.NO_ACTIVATIONS)
+        ScoreRecord(
+            ids[fired[0]],
+            "detection",
+            "1",
+            "RANDOM_NEGATIVE",
+            {},
+            score_key="b",
+            status=Status.NO_ACTIVATIONS,
+        )
     )
     store.add_score(ScoreRecord(ids[fired[1]], "detection", "1", "RANDOM_NEGATIVE", {}, score_key="c"))
     assert demo_cli.scorable_features(store.path, PLANTED_SAE, 5, 1) == [fired[1]]
