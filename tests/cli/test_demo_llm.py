@@ -40,8 +40,15 @@ def test_llm_stages_share_one_budget(tmp_path: Path, capsys: pytest.CaptureFixtu
     out = capsys.readouterr().out
     assert (logs / "first.log").exists() and not (logs / "second.log").exists()
     assert "second skipped: the LLM stages' budget is spent" in out
-    assert demo_cli._llm_weight("explain-tree") == 4 * demo_cli._llm_weight("explain-oneshot")  # pyright: ignore[reportPrivateUsage]
-    assert demo_cli._llm_weight("score-simulation-tree-llm") == 2.0  # pyright: ignore[reportPrivateUsage]
+    weight = demo_cli._llm_weight  # pyright: ignore[reportPrivateUsage]
+    assert (
+        weight("score-simulation-lexical-llm")
+        == 10 * weight("explain-oneshot")
+        == 5 * weight("explain-prism")
+    )
+    # Every LLM stage the demo runs has a weight, and the simulator's is the largest.
+    steps = [f"score-{scorer}-{explainer}-llm" for scorer, explainer in demo_cli.LLM_SCORINGS]
+    assert max(steps, key=weight) == "score-simulation-lexical-llm"
 
 
 def test_llm_stages_take_a_feature_with_a_held_out_test_set(tmp_path: Path, tiny_model) -> None:
