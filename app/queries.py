@@ -365,6 +365,8 @@ def score_table(path: str, sae_id: str) -> pd.DataFrame:
 
 @st.cache_data(ttl=CACHE_TTL_S, show_spinner=False)
 def _score_table(path: str, version: tuple[int, ...], sae_id: str) -> pd.DataFrame:
+    from sae_workbench.evaluation.scorers.report import scored_by
+
     store = _open(path)
     with store.session():
         explanations = {e.id: e for e in store.explanations(sae_id=sae_id)}
@@ -386,6 +388,7 @@ def _score_table(path: str, version: tuple[int, ...], sae_id: str) -> pd.DataFra
                 "metric": head[0],
                 "value": head[1],
                 "circular": bool(s.metrics.get("circular")),
+                "scored_by": scored_by(s.provenance),
             }
         )
     columns = [
@@ -398,6 +401,7 @@ def _score_table(path: str, version: tuple[int, ...], sae_id: str) -> pd.DataFra
         "metric",
         "value",
         "circular",
+        "scored_by",
     ]
     return pd.DataFrame(rows, columns=columns)
 
@@ -429,7 +433,8 @@ def smoke_test_note(models: pd.DataFrame) -> str:
 
 def explainer_scorer_matrix(table: pd.DataFrame) -> pd.DataFrame:
     """Mean headline metric per explainer (rows) × scorer/negative source (columns), with counts; a scorer judged
-    by the model that picked its close negatives (embedding under SIMILAR*) is named "(circular)"."""
+    by the model that picked its close negatives (embedding under SIMILAR*) is named "(circular)", and one run by an
+    LLM carries the model in brackets (its own column: never averaged with the offline scorer's values)."""
     if table.empty:
         return pd.DataFrame()
     circular = (
@@ -437,8 +442,15 @@ def explainer_scorer_matrix(table: pd.DataFrame) -> pd.DataFrame:
         if "circular" in table
         else ""
     )
+    by = table["scored_by"].map(lambda m: f" [{m}]" if m else "") if "scored_by" in table else ""
     table = table.assign(
-        scorer_col=table["scorer"] + circular + " · " + table["negative_source"] + " · " + table["metric"]
+        scorer_col=table["scorer"]
+        + by
+        + circular
+        + " · "
+        + table["negative_source"]
+        + " · "
+        + table["metric"]
     )
     means = table.pivot_table(index="explainer", columns="scorer_col", values="value", aggfunc="mean")
     means.columns = [str(c) for c in means.columns]
@@ -452,7 +464,7 @@ def verdict_flips(table: pd.DataFrame, threshold: float) -> pd.DataFrame:
         return pd.DataFrame()
     close = table["negative_source"].str.startswith("SIMILAR")
     rand = table["negative_source"].str.startswith("RANDOM")
-    key = ["explanation_id", "feature", "explainer", "scorer", "metric"]
+    key = ["explanation_id", "feature", "explainer", "scorer", "scored_by", "metric"]
     a = table[rand].groupby(key).agg(random_negatives=("value", "mean"))
     b = table[close].groupby(key).agg(close_negatives=("value", "mean"))
     both = a.join(b, how="inner").reset_index()

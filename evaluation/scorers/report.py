@@ -24,6 +24,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -75,10 +76,13 @@ class ReportRow:
     """Mean test windows per feature the explainer had been shown (replaced from the split's spares before scoring;
     0 when explainer and scorer share the split and the explainer read only its train/valid thirds)."""
     negatives_fired: float = math.nan
-    circular: bool = False
-    """The embedding scorer judged with the model that ranked its close negatives (issue 33 item 4)."""
     """Mean drawn negatives per feature whose record fires (scored as positives: labels follow activations; only
     RANDOM and SIMILAR can draw them)."""
+    circular: bool = False
+    """The embedding scorer judged with the model that ranked its close negatives (issue 33 item 4)."""
+    scored_by: str = ""
+    """The LLM that scored these rows ('' for the offline scorers): scores of one explanation by different scorer
+    backends (the rule-matching detector and an LLM detector) are separate rows, never averaged together."""
 
 
 # (close source, random source) pairs compared, when both were scored.
@@ -107,6 +111,8 @@ class NegativeDelta:
     """The close source (SIMILAR_NEGATIVE or SIMILAR)."""
     random_source: str = "RANDOM"
     """The random source (RANDOM or RANDOM_NEGATIVE)."""
+    scored_by: str = ""
+    """The LLM that scored both sides ('' for the offline scorers)."""
 
 
 @dataclass(frozen=True)
@@ -157,9 +163,15 @@ class CosyRow:
     """AUC mean (95% t CI) and MAD mean ± SD under the rule ("mean" over descriptions, "max" per feature)."""
 
 
+def scored_by(provenance: dict[str, Any]) -> str:
+    """The LLM a score's provenance names as its backend ("llm:<model>"), or '' for an offline scorer."""
+    backend = str(provenance.get("backend", ""))
+    return backend.removeprefix("llm:") if backend.startswith("llm:") else ""
+
+
 def _values(store: Store, sae_id: str, features: set[int] | None):
-    """{(explainer, scorer, source): {"ok": {feature: value}, "fp": [...], "failed": n}} from the store."""
-    out: dict[tuple[str, str, str], dict] = defaultdict(
+    """{(explainer, scorer, source, scored_by): {"ok": {feature: value}, "fp": [...], "failed": n}} from the store."""
+    out: dict[tuple[str, str, str, str], dict] = defaultdict(
         lambda: {"ok": {}, "fp": [], "failed": 0, "dead": 0, "seen": [], "fired": [], "circular": False}
     )
     explanations = {e.id: e for e in store.explanations(sae_id=sae_id)}
@@ -167,7 +179,7 @@ def _values(store: Store, sae_id: str, features: set[int] | None):
         e = explanations.get(s.explanation_id)
         if e is None or (features is not None and e.feature not in features) or s.scorer not in HEADLINE:
             continue
-        cell = out[(e.explainer, s.scorer, s.negative_source)]
+        cell = out[(e.explainer, s.scorer, s.negative_source, scored_by(s.provenance))]
         if s.status is Status.DEAD:
             cell["dead"] += 1
             continue
@@ -192,7 +204,7 @@ def collect_rows(store: Store, sae_id: str, features: list[int] | None = None) -
     """Every explainer × scorer × negative source cell of an SAE (optionally restricted to some features)."""
     cells = _values(store, sae_id, set(features) if features is not None else None)
     rows = []
-    for (explainer, scorer, source), cell in sorted(cells.items()):
+    for (explainer, scorer, source, by), cell in sorted(cells.items()):
         ci = t_confidence_interval(list(cell["ok"].values()))
         fp = float(np.mean(cell["fp"])) if cell["fp"] else math.nan
         seen = float(np.mean(cell["seen"])) if cell["seen"] else math.nan
@@ -213,6 +225,7 @@ def collect_rows(store: Store, sae_id: str, features: list[int] | None = None) -
                 seen,
                 fired,
                 bool(cell["circular"]),
+                by,
             )
         )
     return rows
@@ -222,10 +235,10 @@ def negative_deltas(store: Store, sae_id: str, features: list[int] | None = None
     """Close − random per explainer, scorer and source pair (`DELTA_PAIRS`), over features scored under both."""
     cells = _values(store, sae_id, set(features) if features is not None else None)
     out = []
-    for explainer, scorer in sorted({(k[0], k[1]) for k in cells}):
+    for explainer, scorer, by in sorted({(k[0], k[1], k[3]) for k in cells}):
         for close_source, random_source in DELTA_PAIRS:
-            rand = cells.get((explainer, scorer, random_source), {"ok": {}})["ok"]
-            close = cells.get((explainer, scorer, close_source), {"ok": {}})["ok"]
+            rand = cells.get((explainer, scorer, random_source, by), {"ok": {}})["ok"]
+            close = cells.get((explainer, scorer, close_source, by), {"ok": {}})["ok"]
             common = sorted(set(rand) & set(close))
             if not common:
                 continue
@@ -233,7 +246,16 @@ def negative_deltas(store: Store, sae_id: str, features: list[int] | None = None
             c = float(np.mean([close[f] for f in common]))
             out.append(
                 NegativeDelta(
-                    explainer, scorer, HEADLINE[scorer], r, c, c - r, len(common), close_source, random_source
+                    explainer,
+                    scorer,
+                    HEADLINE[scorer],
+                    r,
+                    c,
+                    c - r,
+                    len(common),
+                    close_source,
+                    random_source,
+                    by,
                 )
             )
     return out
@@ -403,6 +425,11 @@ def render_models(models: list[ModelRow]) -> list[str]:
     return lines
 
 
+def _scorer_label(scorer: str, by: str) -> str:
+    """A scorer's name with the LLM that ran it in brackets (none for an offline scorer)."""
+    return f"{scorer} [{by}]" if by else scorer
+
+
 def render_markdown(
     rows: list[ReportRow],
     deltas: list[NegativeDelta],
@@ -421,7 +448,7 @@ def render_markdown(
         "Seen = test windows per feature the explainer had been shown, replaced before scoring (0 = the split's "
         "own test third). Neg. fired = drawn negatives per feature on which the feature fires, scored as positives "
         "(labels follow activations). (circular) = the embedding scorer ranked with the model that picked its close "
-        "negatives.",
+        "negatives. A scorer named with a model in brackets was run by that LLM; without one, offline.",
         "",
         "| explainer | scorer | negatives | metric | mean | 95% CI | features | failed | FP tokens | dead | seen "
         "| neg. fired |",
@@ -430,7 +457,8 @@ def render_markdown(
     for r in rows:
         ci = f"[{_fmt(r.ci_low)}, {_fmt(r.ci_high)}]"
         lines.append(
-            f"| {r.explainer} | {r.scorer}{' (circular)' if r.circular else ''} | {r.negative_source or '–'} | {r.metric} | {_fmt(r.mean)} | {ci} | "
+            f"| {r.explainer} | {_scorer_label(r.scorer, r.scored_by)}{' (circular)' if r.circular else ''} | "
+            f"{r.negative_source or '–'} | {r.metric} | {_fmt(r.mean)} | {ci} | "
             f"{r.n_features} | {r.n_failed} | {_fmt(r.false_positive_tokens, 1)} | {r.n_dead} | "
             f"{_fmt(r.test_windows_seen, 1)} | {_fmt(r.negatives_fired, 1)} |"
         )
@@ -443,7 +471,8 @@ def render_markdown(
     ]
     for d in deltas:
         lines.append(
-            f"| {d.explainer} | {d.scorer} | {d.metric} | {d.close_source} | {d.random_source} | {_fmt(d.close)} | "
+            f"| {d.explainer} | {_scorer_label(d.scorer, d.scored_by)} | {d.metric} | {d.close_source} | "
+            f"{d.random_source} | {_fmt(d.close)} | "
             f"{_fmt(d.random)} | {_fmt(d.delta)} | {d.n_features} |"
         )
     if not deltas:
@@ -523,6 +552,7 @@ def render_csv(
             "test_windows_seen",
             "negatives_fired",
             "circular",
+            "scored_by",
         ]
     )
     for r in rows:
@@ -542,6 +572,7 @@ def render_csv(
                 r.test_windows_seen,
                 r.negatives_fired,
                 r.circular,
+                r.scored_by,
             ]
         )
     for d in deltas:
@@ -558,6 +589,10 @@ def render_csv(
                 "",
                 "",
                 "",
+                "",
+                "",
+                "",
+                d.scored_by,
             ]
         )
     for p in polysemanticity or []:

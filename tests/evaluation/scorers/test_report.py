@@ -163,3 +163,32 @@ def test_score_and_report_commands(tmp_path: Path) -> None:
     assert float(correct[0]["mean"]) > 0.5
     res = runner.invoke(app, ["report", "--store", str(path), "--sae", SAE_ID])
     assert "| planted-correct | simulation | RANDOM_NEGATIVE | pearson |" in res.output
+
+
+def test_an_llm_scorer_is_its_own_row_never_averaged_with_the_offline_one(scored: Store) -> None:
+    """One explanation scored by the offline rule simulator and again by an LLM simulator (the demo's LLM stage does
+    this): two rows, each the mean of its own backend's scores; before, the latest score replaced the offline one in
+    the offline row's mean (lexical RANDOM: 0.8/0.6 became 0.1/0.6)."""
+    lex0 = scored_id(scored, "lexical", 0)
+    llm = {"backend": "llm:SmolLM2-135M-Instruct.Q4_1"}
+    for source, v in (("RANDOM", 0.1), ("SIMILAR_NEGATIVE", 0.3)):
+        scored.add_score(
+            ScoreRecord(
+                lex0, "simulation", "v1", source, {"status": "ok", "pearson": v}, provenance=dict(llm)
+            )
+        )
+    rows = {(r.explainer, r.negative_source, r.scored_by): r for r in collect_rows(scored, "s")}
+    offline = rows[("lexical", "RANDOM", "")]
+    assert (offline.mean, offline.n_features) == (
+        pytest.approx(0.7),
+        2,
+    )  # 0.8 and 0.6, as before the LLM rows
+    by_llm = rows[("lexical", "RANDOM", "SmolLM2-135M-Instruct.Q4_1")]
+    assert (by_llm.mean, by_llm.n_features) == (pytest.approx(0.1), 1)
+    deltas = {(d.explainer, d.random_source, d.scored_by): d for d in negative_deltas(scored, "s")}
+    assert deltas[("lexical", "RANDOM", "")].delta == pytest.approx(-0.3)  # unchanged offline pair
+    assert deltas[("lexical", "RANDOM", "SmolLM2-135M-Instruct.Q4_1")].delta == pytest.approx(0.2)
+    md = render_markdown(list(rows.values()), [])
+    assert "| lexical | simulation [SmolLM2-135M-Instruct.Q4_1] | RANDOM | pearson | 0.100 |" in md
+    table = list(csv.DictReader(io.StringIO(render_csv(list(rows.values()), []))))
+    assert {r["scored_by"] for r in table} == {"", "SmolLM2-135M-Instruct.Q4_1"}
