@@ -165,9 +165,16 @@ def format_stage_times(times: list[StageTime]) -> str:
     return "\n".join(lines)
 
 
-def _run(step: str, args: list[str], log_dir: Path, timeout_s: float | None = None) -> str:
+def _run(
+    step: str,
+    args: list[str],
+    log_dir: Path,
+    timeout_s: float | None = None,
+    env: dict[str, str] | None = None,
+) -> str:
     """Run one `workbench` command; stream its progress to the terminal (none after --no-progress) and return its
-    stdout. A command past `timeout_s` is stopped (DemoStepError; what it stored stays)."""
+    stdout. A command past `timeout_s` is stopped (DemoStepError; what it stored stays). `env` overrides variables
+    for this command only."""
     args = stage_args(args)
     typer.secho(f"\n▶ {step}: workbench {' '.join(args)}", bold=True)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
@@ -177,7 +184,7 @@ def _run(step: str, args: list[str], log_dir: Path, timeout_s: float | None = No
             [sys.executable, "-m", "sae_workbench", *args],
             stdout=subprocess.PIPE,
             text=True,
-            env=os.environ.copy(),
+            env={**os.environ, **(env or {})},
             timeout=timeout_s,
         )
     except subprocess.TimeoutExpired as err:
@@ -331,15 +338,10 @@ def _run_offline_tree(cfg: DemoConfig, store: Path, sae_id: str, logs: Path) -> 
     chosen = demo_features(store, sae_id, cfg.n_features, cfg.attribute_features)
     if not chosen:
         return
-    saved = dict(os.environ)
     # Offline whatever endpoint is configured (the same three variables the tests clear for the lexical path).
-    os.environ.update({"WORKBENCH_LLM_MODEL": "", "WORKBENCH_LLM_BASE_URL": "", "OPENAI_API_KEY": ""})
-    try:
-        args = ["explain", "--store", str(store), "--sae", sae_id, "--explainer", "tree"]
-        _run("explain-tree-offline", [*args, "--features", ",".join(map(str, chosen))], logs)
-    finally:
-        os.environ.clear()
-        os.environ.update(saved)
+    offline = {"WORKBENCH_LLM_MODEL": "", "WORKBENCH_LLM_BASE_URL": "", "OPENAI_API_KEY": ""}
+    args = ["explain", "--store", str(store), "--sae", sae_id, "--explainer", "tree"]
+    _run("explain-tree-offline", [*args, "--features", ",".join(map(str, chosen))], logs, env=offline)
 
 
 def scorable_features(store: Path, sae_id: str, n_explained: int, n: int) -> list[int]:
@@ -350,15 +352,12 @@ def scorable_features(store: Path, sae_id: str, n_explained: int, n: int) -> lis
     from sae_workbench.store import Store
 
     db = Store.open(store, read_only=True)
-    scored = {
-        e.feature
-        for e in db.explanations(sae_id, explainer="lexical")
-        if e.id is not None
-        and any(
-            s.status == Status.OK and s.negative_source == "RANDOM_NEGATIVE"
-            for s in db.scores(explanation_id=e.id, scorer="detection")
-        )
+    ok = {
+        s.explanation_id
+        for s in db.scores(scorer="detection", sae_id=sae_id)
+        if s.status == Status.OK and s.negative_source == "RANDOM_NEGATIVE"
     }
+    scored = {e.feature for e in db.explanations(sae_id, explainer="lexical") if e.id in ok}
     return [f for f in demo_features(store, sae_id, n_explained, n_explained) if f in scored][:n]
 
 
